@@ -1,0 +1,22 @@
+"""Packaging: `pip install .` locally; `--setup_file ./setup.py` ships it to Dataflow workers."""
+import setuptools
+
+setuptools.setup(
+    name="dp-continual-release",
+    version="0.1.0",
+    description="Differentially private continual release (running counts) for Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["transforms", "transforms.*",
+                                               "pipelines", "pipelines.*"]),
+    install_requires=[
+        "apache-beam>=2.60,<3",
+        "numpy>=1.24",
+        "pyarrow>=14.0.1",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "scipy>=1.10"],
+    },
+)

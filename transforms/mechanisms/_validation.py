@@ -1,0 +1,40 @@
+"""Shared argument validators: every error reads "`name` must be <condition>; got <value>."."""
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def fail(name: str, condition: str, value) -> None:
+    raise ValueError(f"`{name}` must be {condition}; got {value!r}.")
+
+
+def positive_finite(name: str, value) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        fail(name, "a positive finite number", value)
+    return float(value)
+
+
+def integer_at_least(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        fail(name, f"an integer >= {minimum}", value)
+    return int(value)
+
+
+def open_unit_interval(name: str, value) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not 0 < value < 1):
+        fail(name, "a number in (0, 1)", value)
+    return float(value)
+
+
+def one_of(name: str, value, allowed) -> None:
+    if value not in allowed:
+        fail(name, "one of " + ", ".join(repr(a) for a in allowed), value)
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        fail(name, "True or False", value)
+    return value

@@ -1,0 +1,216 @@
+"""The contract every continual-counting mechanism implements.
+
+A mechanism is a factorization A = L R of the T x T all-ones lower-triangular matrix A (seed 004,
+Sec. 5). It releases L (R x + z) = A x + L z with i.i.d. node noise z calibrated to the
+sensitivity of R. Because L z does not depend on the data, this implementation adds the exact
+running total of x to L z, which it derives from the keyed noise seam. Hence:
+
+- the streaming state is only (steps released, exact running total): 17 bytes for every
+  mechanism, trees and square root alike; no noise is stored, none is ever re-drawn;
+- `step` and `release` run the same arithmetic in the same order, so they agree bit for bit.
+"""
+from __future__ import annotations
+
+import abc
+import copy
+import dataclasses
+import math
+import struct
+from typing import ClassVar, Optional, Tuple
+
+import numpy as np
+
+from . import _validation as check
+from . import sensitivity as sensitivity_seam
+from . import tails
+from .noise import NoiseSource, StreamKey, stream_bytes
+from .privacy import GAUSSIAN, LAPLACE, PrivacyBudget
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterState:
+    """Streaming state: number of steps released and the exact running total of the input."""
+    steps: int = 0
+    running_total: float = 0.0
+
+    _FORMAT: ClassVar[struct.Struct] = struct.Struct("<BQd")
+    _VERSION: ClassVar[int] = 1
+
+    def to_bytes(self) -> bytes:
+        return self._FORMAT.pack(self._VERSION, self.steps, self.running_total)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CounterState":
+        if not isinstance(data, (bytes, bytearray)) or len(data) != cls._FORMAT.size:
+            check.fail("state bytes", f"{cls._FORMAT.size} bytes from CounterState.to_bytes",
+                       data)
+        version, steps, total = cls._FORMAT.unpack(bytes(data))
+        if version != cls._VERSION:
+            check.fail("state version", f"{cls._VERSION}", version)
+        return cls(steps, total)
+
+
+class ContinualMechanism(abc.ABC):
+    """Base class: subclasses define L, R and the noise sum L z; this class does the rest."""
+
+    name: ClassVar[str]
+
+    def __init__(self, horizon: int, budget: PrivacyBudget, noise_source: NoiseSource, *,
+                 max_contributions: int = 1, interval_bound: int = 1, stream: StreamKey = b""):
+        self.horizon = check.integer_at_least("horizon", horizon, 1)
+        if not isinstance(budget, PrivacyBudget):
+            check.fail("budget", "a PrivacyBudget", budget)
+        if not isinstance(noise_source, NoiseSource):
+            check.fail("noise_source", "a NoiseSource", noise_source)
+        self.budget = budget
+        self.noise_source = noise_source
+        self.max_contributions = check.integer_at_least("max_contributions",
+                                                        max_contributions, 1)
+        self.interval_bound = check.integer_at_least("interval_bound", interval_bound, 1)
+        stream_bytes(stream)
+        self.stream = stream
+        self._cache = {}
+
+    # ----- what subclasses define ------------------------------------------------------------
+    @abc.abstractmethod
+    def column_norm(self, p: int) -> float:
+        """Largest column l_p norm of R: the sensitivity on S_{1,1}."""
+
+    @abc.abstractmethod
+    def _unit_noise(self, start: int, count: int) -> np.ndarray:
+        """(L z)[start:start+count] for unit node noise z (Laplace(0,1) or N(0,1))."""
+
+    @abc.abstractmethod
+    def _squared_weights(self) -> np.ndarray:
+        """Per step t: sum_i L[t, i]^2 over the nodes that carry noise (length T)."""
+
+    @abc.abstractmethod
+    def _equal_weight_terms(self) -> Optional[np.ndarray]:
+        """Per step, the number of noise terms if all |L[t, i]| are 1, else None."""
+
+    @abc.abstractmethod
+    def dense_factors(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(L, R) as dense arrays, for small T (inspection and tests)."""
+
+    def params(self) -> dict:
+        """Mechanism parameters (for display and configs)."""
+        return {}
+
+    # ----- calibration -----------------------------------------------------------------------
+    @property
+    def distribution(self) -> str:
+        return self.budget.noise
+
+    @property
+    def sensitivity(self) -> float:
+        """l_p sensitivity of R on S_{D,k} (p = 1 for Laplace, 2 for Gaussian)."""
+        if "sensitivity" not in self._cache:
+            self._cache["sensitivity"] = sensitivity_seam.sensitivity(
+                self, self.budget.sensitivity_norm, self.max_contributions,
+                self.interval_bound)
+        return self._cache["sensitivity"]
+
+    @property
+    def node_scale(self) -> float:
+        """Laplace scale b or Gaussian sigma of every node's noise."""
+        return self.budget.node_scale(self.sensitivity)
+
+    @property
+    def node_variance(self) -> float:
+        return self.budget.node_variance(self.sensitivity)
+
+    # ----- release ---------------------------------------------------------------------------
+    def for_stream(self, stream: StreamKey) -> "ContinualMechanism":
+        """The same mechanism drawing its noise for another stream (e.g. a public key)."""
+        stream_bytes(stream)
+        other = copy.copy(self)
+        other.stream = stream
+        other._cache = {k: v for k, v in self._cache.items() if k != "stream_noise"}
+        return other
+
+    def init_state(self) -> CounterState:
+        return CounterState()
+
+    def advance(self, state: CounterState, values) -> Tuple[np.ndarray, CounterState]:
+        """Release the next len(values) steps from `state`, vectorised."""
+        if not isinstance(state, CounterState):
+            check.fail("state", "a CounterState", state)
+        xs = np.asarray(values, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(xs)):
+            check.fail("values", "finite numbers", values)
+        if state.steps + xs.shape[0] > self.horizon:
+            check.fail("steps released", f"<= horizon ({self.horizon})",
+                       state.steps + xs.shape[0])
+        totals = np.cumsum(np.concatenate(([state.running_total], xs)))[1:]
+        noise = self.node_scale * self._unit_noise(state.steps, xs.shape[0])
+        new_state = CounterState(state.steps + xs.shape[0],
+                                 float(totals[-1]) if xs.shape[0] else state.running_total)
+        return totals + noise, new_state
+
+    def step(self, state: CounterState, value) -> Tuple[float, CounterState]:
+        """Release one step: (noisy running total, new state)."""
+        out, new_state = self.advance(state, [value])
+        return float(out[0]), new_state
+
+    def release(self, x) -> np.ndarray:
+        """Noisy prefix sums of x (len(x) <= T steps), identical to len(x) calls of `step`."""
+        return self.advance(self.init_state(), x)[0]
+
+    # ----- error -----------------------------------------------------------------------------
+    def noise_variance(self) -> np.ndarray:
+        return self.node_variance * self._squared_weights()
+
+    def noise_std(self) -> np.ndarray:
+        """Exact standard deviation of the noise at steps t = 1..T."""
+        return np.sqrt(self.noise_variance())
+
+    def max_se(self) -> float:
+        """Root of the largest per-step variance."""
+        return math.sqrt(float(np.max(self.noise_variance())))
+
+    def mean_se(self) -> float:
+        """Root of the mean per-step variance."""
+        return math.sqrt(float(np.mean(self.noise_variance())))
+
+    def confidence_half_width(self, level: float = 0.95, simultaneous: bool = False
+                              ) -> np.ndarray:
+        """Half-width c_t with P(|noise_t| > c_t) <= 1 - level at every step t.
+
+        With `simultaneous`, all T steps are covered at once with probability >= level
+        (Bonferroni over the T steps).
+        """
+        level = check.open_unit_interval("level", level)
+        check.boolean("simultaneous", simultaneous)
+        alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
+        variance = self.noise_variance()
+        if self.distribution == GAUSSIAN:
+            return tails.gaussian_quantile(alpha) * np.sqrt(variance)
+        half = tails.laplace_chernoff_half_width(variance, self.node_scale, alpha)
+        terms = self._equal_weight_terms()
+        if terms is not None:
+            for n in np.unique(terms):
+                if 0 < n <= tails.EXACT_LAPLACE_TERMS:
+                    half[terms == n] = self.node_scale * tails.laplace_sum_quantile(int(n), alpha)
+        half[variance == 0] = 0.0
+        return half
+
+    def confidence_interval(self, released, level: float = 0.95, simultaneous: bool = False
+                            ) -> Tuple[np.ndarray, np.ndarray]:
+        """(low, high) around released values of steps 1..len(released)."""
+        released = np.asarray(released, dtype=np.float64)
+        half = self.confidence_half_width(level, simultaneous)[:released.shape[0]]
+        return released - half, released + half
+
+    def describe(self) -> dict:
+        """Everything a user needs to see before spending budget (also Beam display data)."""
+        return {"mechanism": self.name, "params": self.params(), "horizon": self.horizon,
+                "noise": self.distribution, **self.budget.as_dict(),
+                "max_contributions": self.max_contributions,
+                "interval_bound": self.interval_bound,
+                "sensitivity": self.sensitivity, "node_scale": self.node_scale,
+                "max_se": self.max_se(), "mean_se": self.mean_se()}
+
+    def __repr__(self):
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return (f"{type(self).__name__}(horizon={self.horizon}, {params + ', ' if params else ''}"
+                f"{self.budget})")

@@ -1,0 +1,150 @@
+"""The one noise-source seam.
+
+Noise for node `index` on tree `level` of stream `stream` is a deterministic function of
+(secret, stream, level, index): it is read from SHAKE-256 in counter mode, one hash call per
+aligned block of BLOCK nodes, and turned into standard Laplace (scale 1) or standard Gaussian
+(variance 1) values. The same node therefore gets the same noise in streaming, batch, retries and
+reruns, and a node's noise is never re-drawn, only re-derived.
+
+A default source takes its secret from the OS (`secrets`); a fixed seed is used only when the
+caller passes one explicitly.
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import hashlib
+import math
+import secrets as _secrets
+import struct
+from typing import Optional, Union
+
+import numpy as np
+
+from . import _validation as check
+from .privacy import GAUSSIAN, LAPLACE
+
+StreamKey = Union[str, bytes, int]
+_DOMAIN = b"dp-continual-release/noise/v1\x00"
+_DISTRIBUTION_TAG = {LAPLACE: b"L", GAUSSIAN: b"G"}
+
+
+def stream_bytes(stream: StreamKey) -> bytes:
+    """Canonical, type-tagged bytes of a stream key, so that 1, "1" and b"1" differ."""
+    if isinstance(stream, bytes):
+        return b"b" + stream
+    if isinstance(stream, str):
+        return b"s" + stream.encode("utf-8")
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return b"i" + str(stream).encode("ascii")
+    check.fail("stream", "a str, bytes or int key", stream)
+
+
+def _uniform_open(raw: bytes) -> np.ndarray:
+    """53-bit uniforms strictly inside (0, 1) from little-endian 64-bit words."""
+    words = np.frombuffer(raw, dtype="<u8")
+    return ((words >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
+
+
+def standard_laplace_from_uniform(u: np.ndarray) -> np.ndarray:
+    """Inverse CDF of Laplace(0, 1)."""
+    centred = u - 0.5
+    return -np.sign(centred) * np.log1p(-2.0 * np.abs(centred))
+
+
+def standard_gaussian_from_uniform(u: np.ndarray) -> np.ndarray:
+    """Box-Muller on consecutive pairs (u[2i], u[2i+1]) -> (cos, sin) values at 2i, 2i+1."""
+    radius = np.sqrt(-2.0 * np.log(u[0::2]))
+    angle = 2.0 * math.pi * u[1::2]
+    out = np.empty(u.shape[0], dtype=np.float64)
+    out[0::2] = radius * np.cos(angle)
+    out[1::2] = radius * np.sin(angle)
+    return out
+
+
+class NoiseSource(abc.ABC):
+    """Unit noise per node: Laplace(0, 1) or N(0, 1), keyed by (stream, level, index)."""
+
+    @abc.abstractmethod
+    def unit_noise(self, distribution: str, stream: StreamKey, level: int, start: int,
+                   count: int) -> np.ndarray:
+        """Noise of nodes start .. start+count-1 of `level` in `stream`, as float64."""
+
+
+class KeyedNoiseSource(NoiseSource):
+    """SHAKE-256 counter-mode noise keyed by a secret (the production source)."""
+
+    BLOCK = 1024  # nodes per hash call; even, so Box-Muller pairs never straddle blocks
+
+    def __init__(self, secret: Union[bytes, str], cache_blocks: int = 512):
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if not isinstance(secret, bytes) or len(secret) == 0:
+            check.fail("secret", "non-empty bytes or str", secret)
+        self._keyed = hashlib.shake_256(_DOMAIN + struct.pack("<I", len(secret)) + secret)
+        self._cache: "collections.OrderedDict[tuple, np.ndarray]" = collections.OrderedDict()
+        self._cache_blocks = cache_blocks
+
+    def __getstate__(self):  # hashlib objects do not pickle; Beam ships sources to workers
+        raise TypeError("KeyedNoiseSource holds a secret and is not serialised; build it on the "
+                        "worker from the secret instead")
+
+    def _raw_block(self, distribution: str, stream: bytes, level: int, block: int) -> np.ndarray:
+        h = self._keyed.copy()
+        h.update(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream
+                 + struct.pack("<qq", level, block))
+        uniforms = _uniform_open(h.digest(8 * self.BLOCK))
+        if distribution == LAPLACE:
+            return standard_laplace_from_uniform(uniforms)
+        return standard_gaussian_from_uniform(uniforms)
+
+    def _block(self, distribution: str, stream: bytes, level: int, block: int) -> np.ndarray:
+        key = (distribution, stream, level, block)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._raw_block(distribution, stream, level, block)
+            self._cache[key] = cached
+            if len(self._cache) > self._cache_blocks:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return cached
+
+    def unit_noise(self, distribution, stream, level, start, count):
+        check.one_of("distribution", distribution, (LAPLACE, GAUSSIAN))
+        if count <= 0:
+            return np.zeros(0, dtype=np.float64)
+        if start < 0:
+            check.fail("start", "a node index >= 0", start)
+        key = stream_bytes(stream)
+        first, last = start // self.BLOCK, (start + count - 1) // self.BLOCK
+        if last - first < 4:
+            blocks = [self._block(distribution, key, level, b) for b in range(first, last + 1)]
+        else:  # batch sizes: do not flood the cache
+            blocks = [self._raw_block(distribution, key, level, b) for b in range(first, last + 1)]
+        joined = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        offset = start - first * self.BLOCK
+        return joined[offset:offset + count]
+
+
+class ConstantNoiseSource(NoiseSource):
+    """Every node's unit noise is `value` (tests: counts nodes per step, TF-Privacy style)."""
+
+    def __init__(self, value: float = 1.0):
+        self.value = float(value)
+
+    def unit_noise(self, distribution, stream, level, start, count):
+        return np.full(max(count, 0), self.value, dtype=np.float64)
+
+
+def make_noise_source(seed: Optional[int] = None,
+                      secret: Union[bytes, str, None] = None) -> NoiseSource:
+    """The production source: OS secret by default, an explicit `seed` or `secret` if given."""
+    if seed is not None and secret is not None:
+        check.fail("seed", "None when `secret` is given (pass at most one of them)", seed)
+    if seed is not None:
+        check.integer_at_least("seed", seed, 0)
+        return KeyedNoiseSource(b"explicit-seed:" + str(int(seed)).encode("ascii"))
+    if secret is not None:
+        return KeyedNoiseSource(secret)
+    return KeyedNoiseSource(_secrets.token_bytes(32))

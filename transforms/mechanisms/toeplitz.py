@@ -1,0 +1,135 @@
+"""Lower-triangular Toeplitz factorizations A = L R with L = T(f_left), R = T(f_right):
+
+- square root (seeds 003/004): f_left = f_right = f, f(0) = 1, f(j) = f(j-1) (2j-1)/(2j);
+- naive composition: L = I, R = A (fresh noise every step, sensitivity grows with T);
+- input perturbation: L = A, R = I (noise on every input, running sums of it).
+
+The noise vector L z (unit z, one node per time step on level 0) is computed once per stream for
+the whole horizon (FFT convolution for the square root, exact cumsum for input perturbation) and
+cached on the mechanism object, not in the state. Streaming steps read from the same vector as
+batch release, so both agree bit for bit. The streaming state stays (steps, running total);
+what the square root needs beyond it is the O(T) noise vector, re-derived from the seam on demand.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .base import ContinualMechanism
+
+
+def sqrt_coefficients(n: int) -> np.ndarray:
+    """f(0..n-1) of the square root of A: f(j) = binom(2j, j) / 4^j."""
+    ratios = (2.0 * np.arange(1, n) - 1.0) / (2.0 * np.arange(1, n))
+    return np.concatenate(([1.0], np.cumprod(ratios)))
+
+
+def toeplitz_lower(coefficients: np.ndarray) -> np.ndarray:
+    n = coefficients.shape[0]
+    index = np.arange(n)
+    lag = index[:, None] - index[None, :]
+    return np.where(lag >= 0, coefficients[np.clip(lag, 0, n - 1)], 0.0)
+
+
+class ToeplitzMechanism(ContinualMechanism):
+    """Shared implementation; subclasses give the left and right coefficient vectors."""
+
+    _STREAM_CACHE = 8  # noise vectors kept per mechanism object (per stream)
+
+    def left_coefficients(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def right_coefficients(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def column_norm(self, p):
+        # Column j of T(f) is f[0:T-j]; with f >= 0 the first column is the largest.
+        key = ("column_norm", p)
+        if key not in self._cache:
+            self._cache[key] = float(np.sum(self.right_coefficients() ** p) ** (1.0 / p))
+        return self._cache[key]
+
+    def _squared_weights(self):
+        if "squared_weights" not in self._cache:
+            self._cache["squared_weights"] = np.cumsum(self.left_coefficients() ** 2)
+        return self._cache["squared_weights"]
+
+    def _unit_z(self, start: int, count: int) -> np.ndarray:
+        return self.noise_source.unit_noise(self.distribution, self.stream, 0, start, count)
+
+    def _noise_vector(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _unit_noise(self, start, count):
+        vectors = self._cache.setdefault("stream_noise", {})
+        vector = vectors.get(self.stream)
+        if vector is None:
+            vector = self._noise_vector()
+            if len(vectors) >= self._STREAM_CACHE:
+                vectors.pop(next(iter(vectors)))
+            vectors[self.stream] = vector
+        return vector[start:start + count]
+
+    def dense_factors(self, max_horizon: int = 4096):
+        return (toeplitz_lower(self.left_coefficients()),
+                toeplitz_lower(self.right_coefficients()))
+
+
+class SqrtToeplitz(ToeplitzMechanism):
+    """L = R = sqrt(A) (seed 003 Thm 1.1; seed 004 Sec. 8)."""
+
+    name = "sqrt_toeplitz"
+
+    def left_coefficients(self):
+        if "f" not in self._cache:
+            self._cache["f"] = sqrt_coefficients(self.horizon)
+        return self._cache["f"]
+
+    right_coefficients = left_coefficients
+
+    def _noise_vector(self):
+        z = self._unit_z(0, self.horizon)
+        size = 1 << max(1, (2 * self.horizon - 1).bit_length())
+        spectrum = np.fft.rfft(self.left_coefficients(), size) * np.fft.rfft(z, size)
+        return np.fft.irfft(spectrum, size)[:self.horizon]
+
+    def _equal_weight_terms(self):
+        return None
+
+
+class NaiveComposition(ToeplitzMechanism):
+    """L = I, R = A: every step gets fresh noise calibrated to the whole horizon."""
+
+    name = "naive_composition"
+
+    def left_coefficients(self):
+        return np.concatenate(([1.0], np.zeros(self.horizon - 1)))
+
+    def right_coefficients(self):
+        return np.ones(self.horizon)
+
+    def _unit_noise(self, start, count):
+        return self._unit_z(start, count)
+
+    def _equal_weight_terms(self):
+        return np.ones(self.horizon, dtype=np.int64)
+
+
+class InputPerturbation(ToeplitzMechanism):
+    """L = A, R = I: noise on every input; the output adds up all noise so far."""
+
+    name = "input_perturbation"
+
+    def left_coefficients(self):
+        return np.ones(self.horizon)
+
+    def right_coefficients(self):
+        return np.concatenate(([1.0], np.zeros(self.horizon - 1)))
+
+    def _noise_vector(self):
+        return np.cumsum(self._unit_z(0, self.horizon))
+
+    def _equal_weight_terms(self):
+        return np.arange(1, self.horizon + 1, dtype=np.int64)

@@ -1,0 +1,331 @@
+"""Tree mechanisms: binary, k-ary (seed 000 Alg. 1), k-ary with subtraction (seed 000 Alg. 2/3,
+even k per App. A.3) and the smooth binary mechanism (seed 002).
+
+All four share one structure. Leaves are 0-based positions; the input of time s (1-based) sits in
+leaf `data_leaf(s)`. Level l (0 <= l < h; the root level h is never used) holds nodes
+[j k^l, (j+1) k^l). The output at time t is the sum of the first `prefix_leaves(t)` leaves,
+written with h digits d_l in [low, low + k - 1]: from the top level down, a digit d > 0 adds the
+first d children of the current parent, d < 0 subtracts its last |d| children (seed 000 Alg. 3
+with the corrected line 15 of NOTES.md).
+
+- k-ary tree: digits [0, k-1], prefix_leaves(t) = t, data_leaf(s) = s - 1.
+- subtraction: offset digits [-(k-1)/2, (k-1)/2] (odd k) or [-k/2+1, k/2] (even k).
+- smooth binary: k = 2, h even, data_leaf(s) = m(s) = the (s-1)-st (0-based) h-bit integer with
+  h/2 ones, prefix_leaves(t) = m(t+1) (NOTES.md: 0-based reading).
+
+Options: `sparsify` zeroes the rows of R of nodes no step <= T uses (seed 004 Sec. 9.2.1, R-hat);
+`prune` drops the noise of nodes holding no data leaf (publicly zero). Both only lower the error.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from . import _validation as check
+from .base import ContinualMechanism
+
+# Above this horizon the sparsified sensitivity is not enumerated; the structural count (every
+# data leaf lies in at most `_structural_column_count()` noisy nodes) is used instead.
+EXACT_SENSITIVITY_LIMIT = 1 << 22
+_CHUNK = 1 << 20
+
+
+def _smallest_height(max_digit: int, k: int, horizon: int) -> int:
+    """Smallest h >= 1 whose largest h-digit number max_digit (k^h - 1)/(k - 1) is >= horizon."""
+    h = 1
+    while max_digit * (k ** h - 1) // (k - 1) < horizon:
+        h += 1
+    return h
+
+
+class TreeMechanism(ContinualMechanism):
+    """Shared implementation; subclasses fix arity, digit range, height and the leaf maps."""
+
+    arity: int
+    digit_low: int
+    height: int
+
+    def __init__(self, horizon, budget, noise_source, *, sparsify: bool = True,
+                 prune: bool = True, **kwargs):
+        super().__init__(horizon, budget, noise_source, **kwargs)
+        self.sparsify = check.boolean("sparsify", sparsify)
+        self.prune = check.boolean("prune", prune)
+
+    # ----- leaf maps (overridden by the smooth mechanism) -------------------------------------
+    def prefix_leaves(self, steps: np.ndarray) -> np.ndarray:
+        return steps.astype(np.int64)
+
+    def data_leaf(self, steps: np.ndarray) -> np.ndarray:
+        return steps.astype(np.int64) - 1
+
+    def data_free(self, level: int, nodes: np.ndarray) -> np.ndarray:
+        """True for nodes holding no data leaf (entirely beyond the horizon)."""
+        return nodes * self.arity ** level >= self.horizon
+
+    def _structural_column_count(self) -> int:
+        return self.height
+
+    # ----- decomposition -----------------------------------------------------------------------
+    def digits(self, steps: np.ndarray) -> List[np.ndarray]:
+        """Digits d_0 .. d_{h-1} of prefix_leaves(steps) in this tree's digit range."""
+        rest = self.prefix_leaves(np.asarray(steps, dtype=np.int64))
+        k, low = self.arity, self.digit_low
+        out = []
+        for _ in range(self.height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
+            out.append(digit)
+        if np.any(rest != 0):
+            raise AssertionError("prefix does not fit the tree height")
+        return out
+
+    def decompose(self, steps: np.ndarray):
+        """Per level from the top: (level, digit, parent index whose children the digit uses)."""
+        k = self.arity
+        digits = self.digits(steps)
+        position = np.zeros(len(steps), dtype=np.int64)
+        for level in range(self.height - 1, -1, -1):
+            digit = digits[level]
+            parent = position // k ** (level + 1) - (digit < 0)
+            yield level, digit, parent
+            position = position + digit * k ** level
+
+    def _combine(self, steps: np.ndarray, values, signed: bool) -> np.ndarray:
+        """sum over the nodes of each step of sign * values(level, start, count)[node].
+
+        Each level's run of nodes is a prefix (d > 0) or suffix (d < 0) of one parent's children,
+        so it is read from within-parent cumulative sums. Batch and streaming both come here with
+        the same level order and the same per-row cumsum, so they agree bit for bit.
+        """
+        k = self.arity
+        total = np.zeros(len(steps), dtype=np.float64)
+        for level, digit, parent in self.decompose(steps):
+            used = digit != 0
+            contribution = np.zeros(len(steps), dtype=np.float64)
+            if used.any():
+                first = int(parent[used].min())
+                last = int(parent[used].max())
+                children = values(level, first * k, (last - first + 1) * k).reshape(-1, k)
+                if self.prune:
+                    nodes = np.arange(first * k, (last + 1) * k, dtype=np.int64)
+                    keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(-1, k)
+                    children = children * keep
+                prefix = np.cumsum(children, axis=1)
+                suffix = np.cumsum(children[:, ::-1], axis=1)
+                rows = np.where(used, parent - first, 0)
+                size = np.abs(digit) - 1
+                picked = np.where(digit > 0, prefix[rows, np.maximum(size, 0)],
+                                  suffix[rows, np.maximum(size, 0)])
+                if signed:
+                    picked = np.where(digit < 0, -picked, picked)
+                contribution = np.where(used, picked, 0.0)
+            total = total + contribution
+        return total
+
+    def _steps(self, start: int, count: int) -> np.ndarray:
+        return np.arange(start + 1, start + count + 1, dtype=np.int64)
+
+    def _unit_noise(self, start, count):
+        def noise(level, first, n):
+            return self.noise_source.unit_noise(self.distribution, self.stream, level, first, n)
+        return self._combine(self._steps(start, count), noise, signed=True)
+
+    def node_counts(self, start: int = 0, count: Optional[int] = None) -> np.ndarray:
+        """Number of noisy nodes combined at steps start+1 .. start+count."""
+        count = self.horizon - start if count is None else count
+        ones = lambda level, first, n: np.ones(n, dtype=np.float64)  # noqa: E731
+        return self._combine(self._steps(start, count), ones, signed=False)
+
+    def _squared_weights(self):
+        if "squared_weights" not in self._cache:
+            parts = [self.node_counts(s, min(_CHUNK, self.horizon - s))
+                     for s in range(0, self.horizon, _CHUNK)]
+            self._cache["squared_weights"] = np.concatenate(parts)
+        return self._cache["squared_weights"]
+
+    def _equal_weight_terms(self):
+        return np.rint(self._squared_weights()).astype(np.int64)
+
+    # ----- sensitivity -------------------------------------------------------------------------
+    def used_nodes(self) -> List[np.ndarray]:
+        """Per level, a boolean array over node indices: used by some step 1..T."""
+        steps = self._steps(0, self.horizon)
+        used = []
+        for level, digit, parent in sorted(self.decompose(steps), key=lambda item: item[0]):
+            start = np.where(digit > 0, parent * self.arity,
+                             (parent + 1) * self.arity + digit)
+            stop = start + np.abs(digit)
+            size = int(stop.max()) + 1
+            marks = np.cumsum(np.bincount(start, minlength=size + 1)[:size + 1]
+                              - np.bincount(stop, minlength=size + 1)[:size + 1])
+            used.append(marks[:size] > 0)
+        return used
+
+    def column_counts(self) -> np.ndarray:
+        """Per time s = 1..T: number of nodes of R (R-hat if sparsify) containing its leaf."""
+        leaves = self.data_leaf(self._steps(0, self.horizon))
+        if not self.sparsify:
+            return np.full(self.horizon, self.height, dtype=np.int64)
+        counts = np.zeros(self.horizon, dtype=np.int64)
+        for level, used in enumerate(self.used_nodes()):
+            node = leaves // self.arity ** level
+            inside = node < used.shape[0]
+            counts += inside & used[np.minimum(node, used.shape[0] - 1)]
+        return counts
+
+    def column_norm(self, p):
+        key = ("column_norm", p)
+        if key not in self._cache:
+            if self.sparsify and self.horizon <= EXACT_SENSITIVITY_LIMIT:
+                largest = int(self.column_counts().max())
+            else:
+                largest = self._structural_column_count() if self.sparsify else self.height
+            self._cache[key] = float(largest) ** (1.0 / p)
+        return self._cache[key]
+
+    # ----- dense factors -----------------------------------------------------------------------
+    def dense_factors(self, max_horizon: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+        """(L, R) over the nodes (level, index) listed by `dense_nodes()`."""
+        if self.horizon > max_horizon:
+            check.fail("horizon", f"<= {max_horizon} for dense factors", self.horizon)
+        steps = self._steps(0, self.horizon)
+        nodes = self.dense_nodes()
+        column = {node: i for i, node in enumerate(nodes)}
+        left = np.zeros((self.horizon, len(nodes)))
+        for level, digit, parent in self.decompose(steps):
+            for t in range(self.horizon):
+                d = int(digit[t])
+                for i in range(abs(d)):
+                    j = int(parent[t]) * self.arity + (i if d > 0 else self.arity - 1 - i)
+                    if self.prune and self.data_free(level, np.array([j]))[0]:
+                        continue
+                    left[t, column[(level, j)]] = 1.0 if d > 0 else -1.0
+        used = self.used_nodes()
+        leaves = self.data_leaf(steps)
+        right = np.zeros((len(nodes), self.horizon))
+        for i, (level, j) in enumerate(nodes):
+            if self.sparsify and not (j < used[level].shape[0] and used[level][j]):
+                continue
+            right[i] = leaves // self.arity ** level == j
+        return left, right
+
+    def dense_nodes(self) -> List[Tuple[int, int]]:
+        """Nodes holding a data leaf or used by some step, level by level."""
+        used = self.used_nodes()
+        last_leaf = int(self.data_leaf(np.array([self.horizon]))[0])
+        nodes = []
+        for level in range(self.height):
+            count = max(last_leaf // self.arity ** level + 1, used[level].shape[0])
+            nodes.extend((level, j) for j in range(count))
+        return nodes
+
+    def params(self):
+        return {"k": self.arity, "sparsify": self.sparsify, "prune": self.prune}
+
+
+class KaryTree(TreeMechanism):
+    """k-ary tree mechanism (seed 000 Alg. 1); k = 2 is the binary tree mechanism."""
+
+    name = "kary_tree"
+
+    def __init__(self, horizon, budget, noise_source, *, k: int = 2, **kwargs):
+        self.arity = check.integer_at_least("k", k, 2)
+        self.digit_low = 0
+        super().__init__(horizon, budget, noise_source, **kwargs)
+        self.height = _smallest_height(self.arity - 1, self.arity, self.horizon)
+
+
+class BinaryTree(KaryTree):
+    """Binary tree mechanism: left subtrees only, root unused."""
+
+    name = "binary_tree"
+
+    def __init__(self, horizon, budget, noise_source, **kwargs):
+        super().__init__(horizon, budget, noise_source, k=2, **kwargs)
+
+    def params(self):
+        return {"sparsify": self.sparsify, "prune": self.prune}
+
+
+class KarySubtraction(TreeMechanism):
+    """k-ary tree with subtraction (seed 000 Alg. 2/3; even k as in App. A.3)."""
+
+    name = "kary_subtraction"
+
+    def __init__(self, horizon, budget, noise_source, *, k: int = 19, **kwargs):
+        self.arity = check.integer_at_least("k", k, 3)
+        self.digit_low = -((self.arity - 1) // 2) if self.arity % 2 else -(self.arity // 2) + 1
+        super().__init__(horizon, budget, noise_source, **kwargs)
+        max_digit = self.digit_low + self.arity - 1
+        self.height = _smallest_height(max_digit, self.arity, self.horizon)
+
+
+def _binomial_table(n: int) -> np.ndarray:
+    table = np.zeros((n + 1, n + 2), dtype=np.int64)
+    for a in range(n + 1):
+        for b in range(a + 1):
+            table[a, b] = math.comb(a, b)
+    return table
+
+
+class SmoothBinary(TreeMechanism):
+    """Smooth binary mechanism (seed 002): data only in leaves with h/2 ones, so every output
+    combines exactly h/2 nodes and every step has the same noise distribution."""
+
+    name = "smooth_binary"
+
+    def __init__(self, horizon, budget, noise_source, *, prune: bool = False, **kwargs):
+        self.arity = 2
+        self.digit_low = 0
+        super().__init__(horizon, budget, noise_source, prune=prune, **kwargs)
+        h = 2
+        while math.comb(h, h // 2) < self.horizon + 1:
+            h += 2
+        if h > 60:
+            check.fail("horizon", "small enough for a 60-level smooth tree", self.horizon)
+        self.height = h
+        self._binom = _binomial_table(h)
+
+    def balanced(self, rank: np.ndarray) -> np.ndarray:
+        """The rank-th (0-based) h-bit integer with h/2 ones."""
+        rank = np.asarray(rank, dtype=np.int64).copy()
+        ones = np.full(rank.shape, self.height // 2, dtype=np.int64)
+        out = np.zeros(rank.shape, dtype=np.int64)
+        for bit in range(self.height - 1, -1, -1):
+            below = self._binom[bit, ones]  # numbers with this bit 0 and `ones` ones below it
+            take = (ones > 0) & (rank >= below)
+            out = out | (take.astype(np.int64) << bit)
+            rank = rank - np.where(take, below, 0)
+            ones = ones - take
+        return out
+
+    def balanced_rank(self, value: np.ndarray) -> np.ndarray:
+        """Number of h-bit integers with h/2 ones that are < value (0 <= value <= 2^h)."""
+        value = np.asarray(value, dtype=np.int64)
+        total = math.comb(self.height, self.height // 2)
+        ones = np.full(value.shape, self.height // 2, dtype=np.int64)
+        count = np.zeros(value.shape, dtype=np.int64)
+        for bit in range(self.height - 1, -1, -1):
+            set_ = ((value >> bit) & 1).astype(bool) & (ones >= 0)
+            count = count + np.where(set_ & (ones >= 0), self._binom[bit, np.maximum(ones, 0)], 0)
+            ones = ones - set_
+        return np.where(value >= (1 << self.height), total, count)
+
+    def prefix_leaves(self, steps):
+        return self.balanced(np.asarray(steps, dtype=np.int64))
+
+    def data_leaf(self, steps):
+        return self.balanced(np.asarray(steps, dtype=np.int64) - 1)
+
+    def data_free(self, level, nodes):
+        low = self.balanced_rank(nodes << level)
+        high = self.balanced_rank((nodes + 1) << level)
+        return np.minimum(high, self.horizon) <= np.minimum(low, self.horizon)
+
+    def _structural_column_count(self):
+        return self.height // 2  # only left children are ever used; a data leaf has h/2 zeros
+
+    def params(self):
+        return {"sparsify": self.sparsify, "prune": self.prune}
