@@ -128,9 +128,46 @@ class TreeMechanism(ContinualMechanism):
         return np.arange(start + 1, start + count + 1, dtype=np.int64)
 
     def _unit_noise(self, start, count):
+        if count == 1:
+            return np.array([self._unit_noise_one(start + 1)])
         def noise(level, first, n):
             return self.noise_source.unit_noise(self.distribution, self.stream, level, first, n)
         return self._combine(self._steps(start, count), noise, signed=True)
+
+    # Streaming fast path: the same IEEE operations as `_combine`, in the same order, on Python
+    # floats (cumsum is sequential addition; masks multiply by 1.0 / 0.0), so it is bit-identical.
+    def _prefix_leaves_one(self, step: int) -> int:
+        return step
+
+    def _data_free_one(self, level: int, node: int) -> bool:
+        return node * self.arity ** level >= self.horizon
+
+    def _unit_noise_one(self, step: int) -> float:
+        k, low = self.arity, self.digit_low
+        rest, digits = self._prefix_leaves_one(step), []
+        for _ in range(self.height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
+            digits.append(digit)
+        total, position = 0.0, 0
+        for level in range(self.height - 1, -1, -1):
+            digit = digits[level]
+            contribution = 0.0
+            if digit != 0:
+                parent = position // k ** (level + 1) - (digit < 0)
+                children = self.noise_source.unit_noise(self.distribution, self.stream, level,
+                                                        parent * k, k).tolist()
+                if self.prune:
+                    children = [value * (0.0 if self._data_free_one(level, parent * k + i)
+                                         else 1.0) for i, value in enumerate(children)]
+                order = range(digit) if digit > 0 else range(k - 1, k - 1 + digit, -1)
+                picked = None
+                for i in order:
+                    picked = children[i] if picked is None else picked + children[i]
+                contribution = picked if digit > 0 else -picked
+            total = total + contribution
+            position = position + digit * k ** level
+        return total
 
     def node_counts(self, start: int = 0, count: Optional[int] = None) -> np.ndarray:
         """Number of noisy nodes combined at steps start+1 .. start+count."""
@@ -192,16 +229,17 @@ class TreeMechanism(ContinualMechanism):
             check.fail("horizon", f"<= {max_horizon} for dense factors", self.horizon)
         steps = self._steps(0, self.horizon)
         nodes = self.dense_nodes()
-        column = {node: i for i, node in enumerate(nodes)}
+        offsets = {}
+        for i, (level, j) in enumerate(nodes):
+            offsets.setdefault(level, i)
         left = np.zeros((self.horizon, len(nodes)))
         for level, digit, parent in self.decompose(steps):
-            for t in range(self.horizon):
-                d = int(digit[t])
-                for i in range(abs(d)):
-                    j = int(parent[t]) * self.arity + (i if d > 0 else self.arity - 1 - i)
-                    if self.prune and self.data_free(level, np.array([j]))[0]:
-                        continue
-                    left[t, column[(level, j)]] = 1.0 if d > 0 else -1.0
+            for i in range(int(np.abs(digit).max())):
+                rows = np.nonzero(np.abs(digit) > i)[0]
+                positive = digit[rows] > 0
+                j = parent[rows] * self.arity + np.where(positive, i, self.arity - 1 - i)
+                keep = ~self.data_free(level, j) if self.prune else np.ones(len(j), bool)
+                left[rows[keep], offsets[level] + j[keep]] = np.where(positive[keep], 1.0, -1.0)
         used = self.used_nodes()
         leaves = self.data_leaf(steps)
         right = np.zeros((len(nodes), self.horizon))
@@ -323,6 +361,35 @@ class SmoothBinary(TreeMechanism):
         low = self.balanced_rank(nodes << level)
         high = self.balanced_rank((nodes + 1) << level)
         return np.minimum(high, self.horizon) <= np.minimum(low, self.horizon)
+
+    def _balanced_one(self, rank: int) -> int:
+        out, ones = 0, self.height // 2
+        for bit in range(self.height - 1, -1, -1):
+            below = math.comb(bit, ones)
+            if ones > 0 and rank >= below:
+                out |= 1 << bit
+                rank -= below
+                ones -= 1
+        return out
+
+    def _balanced_rank_one(self, value: int) -> int:
+        if value >= 1 << self.height:
+            return math.comb(self.height, self.height // 2)
+        count, ones = 0, self.height // 2
+        for bit in range(self.height - 1, -1, -1):
+            if ones < 0:
+                break
+            if (value >> bit) & 1:
+                count += math.comb(bit, ones)
+                ones -= 1
+        return count
+
+    def _prefix_leaves_one(self, step):
+        return self._balanced_one(step)
+
+    def _data_free_one(self, level, node):
+        low = min(self._balanced_rank_one(node << level), self.horizon)
+        return min(self._balanced_rank_one((node + 1) << level), self.horizon) <= low
 
     def _structural_column_count(self):
         return self.height // 2  # only left children are ever used; a data leaf has h/2 zeros

@@ -1,0 +1,57 @@
+"""Every mechanism and option set runs the shared contract of contract.py."""
+from tests.mechanisms.contract import MechanismContract
+
+
+class TestBinaryTree(MechanismContract):
+    NAME = "binary_tree"
+
+
+class TestBinaryTreePaperFactors(MechanismContract):
+    NAME, PARAMS = "binary_tree", {"sparsify": False, "prune": False}
+
+
+class TestKaryTree3(MechanismContract):
+    NAME, PARAMS = "kary_tree", {"k": 3}
+
+
+class TestKaryTree8(MechanismContract):
+    NAME, PARAMS = "kary_tree", {"k": 8, "sparsify": False}
+
+
+class TestKarySubtraction3(MechanismContract):
+    NAME, PARAMS = "kary_subtraction", {"k": 3}
+
+
+class TestKarySubtraction19(MechanismContract):
+    NAME, PARAMS = "kary_subtraction", {"k": 19}
+
+
+class TestKarySubtractionEven4(MechanismContract):
+    NAME, PARAMS = "kary_subtraction", {"k": 4}
+
+
+class TestKarySubtractionPaperFactors(MechanismContract):
+    NAME, PARAMS = "kary_subtraction", {"k": 5, "sparsify": False, "prune": False}
+
+
+class TestSmoothBinary(MechanismContract):
+    NAME = "smooth_binary"
+
+
+class TestSmoothBinaryPruned(MechanismContract):
+    NAME, PARAMS = "smooth_binary", {"prune": True}
+
+
+class TestSqrtToeplitz(MechanismContract):
+    NAME = "sqrt_toeplitz"
+    EXACT_FACTORS = False
+    EXACT_LAPLACE_CI = False  # weighted Laplace sum: conservative Chernoff interval
+
+
+class TestNaiveComposition(MechanismContract):
+    NAME = "naive_composition"
+
+
+class TestInputPerturbation(MechanismContract):
+    NAME = "input_perturbation"
+    EXACT_LAPLACE_CI = False  # beyond 64 terms the Laplace interval is the Chernoff bound
