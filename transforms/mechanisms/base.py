@@ -185,9 +185,11 @@ class ContinualMechanism(abc.ABC):
         variance = self.noise_variance()
         if self.distribution == GAUSSIAN:
             return tails.gaussian_quantile(alpha) * np.sqrt(variance)
-        half = tails.laplace_chernoff_half_width(variance, self.node_scale, alpha)
         terms = self._equal_weight_terms()
-        if terms is not None:
+        if terms is None:
+            half = tails.laplace_chernoff_half_width(variance, self.node_scale, alpha)
+        else:
+            half = self.node_scale * tails.laplace_equal_weights_chernoff(terms, alpha)
             for n in np.unique(terms):
                 if 0 < n <= tails.EXACT_LAPLACE_TERMS:
                     half[terms == n] = self.node_scale * tails.laplace_sum_quantile(int(n), alpha)

@@ -5,9 +5,12 @@ The noise at a step is sum_i w_i z_i over the nodes the left factor L combines.
 - Laplace nodes with equal weights (trees, naive baselines): the sum of n i.i.d. Laplace(1) is a
   difference of two Gamma(n, 1) variables; its tail has the finite closed form used below, so the
   interval is exact for n <= EXACT_LAPLACE_TERMS.
-- Other Laplace sums (square root, long input-perturbation sums): the Chernoff bound with
+- Longer equal-weight Laplace sums: the Chernoff bound with the exact MGF (1 - l^2)^(-n).
+- Weighted Laplace sums (square root): the Chernoff bound with
   log E[exp(l b w Z)] = -log(1 - l^2 b^2 w^2) <= l^2 b^2 w^2 / (1 - l^2 m^2), m = b max|w|,
-  which needs only the exact variance V and m; it is conservative (coverage >= nominal).
+  which needs only the exact variance V and m.
+Chernoff intervals are conservative (coverage >= nominal) and measured 1.2x (alpha = 1e-3) to
+1.9x (alpha = 0.1) wider than exact quantiles.
 (Seed 003 Thm 1.2 as printed under-covers; these intervals are tested for coverage instead.)
 """
 from __future__ import annotations
@@ -76,8 +79,22 @@ def laplace_chernoff_half_width(variance: np.ndarray, max_scale: np.ndarray,
         lam = frac / m
         return (log_term + lam * lam * variance / (2.0 * (1.0 - frac * frac))) / lam
 
-    lo = np.full(variance.shape, 1e-9)
-    hi = np.full(variance.shape, 1.0 - 1e-9)
+    return _golden_minimum(width, variance.shape)
+
+
+def laplace_equal_weights_chernoff(terms: np.ndarray, alpha: float) -> np.ndarray:
+    """Conservative c with P(|S_n| > c) <= alpha for the sum of n i.i.d. Laplace(0, 1), from the
+    exact MGF: c(l) = [ln(2/alpha) - n ln(1 - l^2)] / l, minimised over l in (0, 1)."""
+    terms = np.asarray(terms, dtype=np.float64)
+    log_term = math.log(2.0 / alpha)
+    return _golden_minimum(lambda frac: (log_term - terms * np.log1p(-frac * frac)) / frac,
+                           terms.shape)
+
+
+def _golden_minimum(width, shape) -> np.ndarray:
+    """Element-wise minimum over frac in (0, 1) of a convex width(frac) (golden section)."""
+    lo = np.full(shape, 1e-9)
+    hi = np.full(shape, 1.0 - 1e-9)
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
     a = hi - ratio * (hi - lo)
     b = lo + ratio * (hi - lo)
