@@ -46,10 +46,13 @@ def _uniform_open(raw: bytes) -> np.ndarray:
     return ((words >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
 
 
-def standard_laplace_from_uniform(u: np.ndarray) -> np.ndarray:
-    """Inverse CDF of Laplace(0, 1)."""
-    centred = u - 0.5
-    return -np.sign(centred) * np.log1p(-2.0 * np.abs(centred))
+def standard_laplace_from_words(words: np.ndarray) -> np.ndarray:
+    """Laplace(0, 1) as a random sign times Exp(1): the top 53 bits give u in (0, 1) for
+    -log(u), the lowest bit (disjoint from those) gives the sign."""
+    u = ((words >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
+    out = np.log(u)
+    out.view(np.uint64)[...] ^= words << np.uint64(63)  # flip the sign bit where the bit is 1
+    return out
 
 
 def standard_gaussian_from_uniform(u: np.ndarray) -> np.ndarray:
@@ -93,10 +96,10 @@ class KeyedNoiseSource(NoiseSource):
         h = self._keyed.copy()
         h.update(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream
                  + struct.pack("<qq", level, block))
-        uniforms = _uniform_open(h.digest(8 * self.BLOCK))
+        raw = h.digest(8 * self.BLOCK)
         if distribution == LAPLACE:
-            return standard_laplace_from_uniform(uniforms)
-        return standard_gaussian_from_uniform(uniforms)
+            return standard_laplace_from_words(np.frombuffer(raw, dtype="<u8"))
+        return standard_gaussian_from_uniform(_uniform_open(raw))
 
     def _block(self, distribution: str, stream: bytes, level: int, block: int) -> np.ndarray:
         key = (distribution, stream, level, block)

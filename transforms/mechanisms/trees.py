@@ -46,6 +46,7 @@ class TreeMechanism(ContinualMechanism):
     arity: int
     digit_low: int
     height: int
+    prefix_is_step = True  # prefix_leaves(t) == t: level runs are computed per distinct digit
 
     def __init__(self, horizon, budget, noise_source, *, sparsify: bool = True,
                  prune: bool = True, **kwargs):
@@ -92,50 +93,164 @@ class TreeMechanism(ContinualMechanism):
             yield level, digit, parent
             position = position + digit * k ** level
 
-    def _combine(self, steps: np.ndarray, values, signed: bool) -> np.ndarray:
-        """sum over the nodes of each step of sign * values(level, start, count)[node].
+    def level_runs(self, start: int, count: int):
+        """Per level from the top: (level, digit, parent, repeats) for steps start+1..start+count.
 
-        Each level's run of nodes is a prefix (d > 0) or suffix (d < 0) of one parent's children,
-        so it is read from within-parent cumulative sums. Batch and streaming both come here with
-        the same level order and the same per-row cumsum, so they agree bit for bit.
+        np.repeat(values, repeats) expands per-run values to per-step values; repeats is None when
+        runs are steps. The generic version makes one run per step; trees whose prefix is the
+        step itself override it with one run per distinct (digit, parent) at the level.
+        """
+        if not self.prefix_is_step:
+            for level, digit, parent in self.decompose(self._steps(start, count)):
+                yield level, digit, parent, None
+            return
+        # The digits of t in [low, low + k - 1] are the standard digits of t + shift, minus
+        # |low|, with shift = -low (k^h - 1)/(k - 1). Everything at level l depends only on
+        # u = (t + shift) // k^l, so each level is computed once per distinct u and repeated.
+        k, low, h = self.arity, self.digit_low, self.height
+        shift = -low * (k ** h - 1) // (k - 1)
+        first, last = start + 1 + shift, start + count + shift
+        for level in range(h - 1, -1, -1):
+            size = k ** level
+            u = np.arange(first // size, last // size + 1, dtype=np.int64)
+            digit = u % k + low
+            parent = u // k + low * (k ** (h - level - 1) - 1) // (k - 1) - (digit < 0)
+            repeats = np.full(u.shape[0], size, dtype=np.int64)
+            repeats[0] -= first - u[0] * size
+            repeats[-1] -= (u[-1] + 1) * size - 1 - last
+            yield level, digit, parent, repeats
+
+    @property
+    def unused_child(self) -> int:
+        """The child no step ever uses: index of the largest digit (seed 004 Sec. 9.2.1)."""
+        return self.digit_low + self.arity - 1
+
+    def _children(self, level: int, first_parent: int, parents: int, values) -> np.ndarray:
+        """(parents, k) node values of consecutive parents' children; the never-used child is 0.
+
+        `values(level, start, count)` is indexed by the compact child index
+        parent * (k - 1) + rank among the k - 1 usable children, so no noise is derived for nodes
+        that can never be used. Data-free children are zeroed when pruning.
         """
         k = self.arity
-        total = np.zeros(len(steps), dtype=np.float64)
-        for level, digit, parent in self.decompose(steps):
-            used = digit != 0
-            contribution = np.zeros(len(steps), dtype=np.float64)
-            if used.any():
-                first = int(parent[used].min())
-                last = int(parent[used].max())
-                children = values(level, first * k, (last - first + 1) * k).reshape(-1, k)
-                if self.prune:
-                    nodes = np.arange(first * k, (last + 1) * k, dtype=np.int64)
-                    keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(-1, k)
-                    children = children * keep
-                prefix = np.cumsum(children, axis=1)
-                suffix = np.cumsum(children[:, ::-1], axis=1)
-                rows = np.where(used, parent - first, 0)
-                size = np.abs(digit) - 1
-                picked = np.where(digit > 0, prefix[rows, np.maximum(size, 0)],
-                                  suffix[rows, np.maximum(size, 0)])
-                if signed:
-                    picked = np.where(digit < 0, -picked, picked)
-                contribution = np.where(used, picked, 0.0)
+        usable = values(level, first_parent * (k - 1), parents * (k - 1)).reshape(parents, k - 1)
+        children = np.insert(usable, self.unused_child, 0.0, axis=1)
+        if self.prune:
+            nodes = np.arange(first_parent * k, (first_parent + parents) * k, dtype=np.int64)
+            keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(parents, k)
+            children = children * keep
+        return children
+
+    def _pick(self, level, digit, parent, values, signed) -> np.ndarray:
+        """Per run: sum of the digit's children of `parent` (prefix if d > 0, suffix if d < 0)."""
+        used = digit != 0
+        if not used.any():
+            return np.zeros(len(digit), dtype=np.float64)
+        first = int(parent[used].min())
+        last = int(parent[used].max())
+        children = self._children(level, first, last - first + 1, values)
+        prefix = np.cumsum(children, axis=1)
+        suffix = np.cumsum(children[:, ::-1], axis=1)
+        rows = np.where(used, parent - first, 0)
+        size = np.maximum(np.abs(digit) - 1, 0)
+        picked = np.where(digit > 0, prefix[rows, size], suffix[rows, size])
+        if signed:
+            picked = np.where(digit < 0, -picked, picked)
+        return np.where(used, picked, 0.0)
+
+    def _combine(self, start: int, count: int, values, signed: bool) -> np.ndarray:
+        """sum over the nodes of each step of sign * node value, for steps start+1..start+count.
+
+        Each level's run of nodes is a prefix (d > 0) or suffix (d < 0) of one parent's children,
+        so it is read from within-parent cumulative sums; levels are added from the top down.
+        The streaming path `_unit_noise_one` does the same additions in the same order, so batch
+        and streaming agree bit for bit.
+        """
+        if self.prefix_is_step:
+            return self._combine_contiguous(start, count, values, signed)
+        total = np.zeros(count, dtype=np.float64)
+        for level, digit, parent, repeats in self.level_runs(start, count):
+            contribution = self._pick(level, digit, parent, values, signed)
+            if repeats is not None:
+                contribution = np.repeat(contribution, repeats)
             total = total + contribution
         return total
+
+    def _combine_contiguous(self, start, count, values, signed) -> np.ndarray:
+        """`_combine` for trees whose prefix is the step, in O(T k / (k - 1)) work.
+
+        With u_l = (t + shift) // k^l (see `level_runs`), the contribution of level l is a
+        function of u_l, and u_{l+1} = u_l // k. Partial totals are therefore accumulated on the
+        coarse grids from the top down, acc_l[u] = acc_{l+1}[u // k] + picked_l[u]: the same
+        additions, in the same order, as the per-step and streaming paths.
+        """
+        k, low, h = self.arity, self.digit_low, self.height
+        shift = -low * (k ** h - 1) // (k - 1)
+        first, last = start + 1 + shift, start + count + shift
+        acc, acc_first = None, 0
+        for level in range(h - 1, -1, -1):
+            size = k ** level
+            lo, hi = first // size, last // size
+            picked = self._picked_grid(level, lo, hi, values, signed)
+            if acc is None:
+                acc = np.zeros(hi - lo + 1) + picked
+            else:
+                offset = lo - acc_first * k
+                acc = np.repeat(acc, k)[offset:offset + hi - lo + 1] + picked
+            acc_first = lo
+        return acc
+
+    def _picked_grid(self, level, lo, hi, values, signed) -> np.ndarray:
+        """Level-l contribution for every u in [lo, hi] (contiguous), built from column slices.
+
+        Prefix (suffix) sums over children are built column by column: the same sequential
+        additions as a cumsum, computed only for the digits that occur.
+        """
+        k, low, h = self.arity, self.digit_low, self.height
+        offset = low * (k ** (h - level - 1) - 1) // (k - 1)  # parent = u // k + offset
+        groups = hi // k - lo // k + 1
+        first_row = lo // k + offset - (1 if low < 0 else 0)  # row of the earliest parent used
+        rows = groups + (1 if low < 0 else 0)
+        generated_first = max(first_row, 0)
+        generated = first_row + rows - generated_first
+        usable = values(level, generated_first * (k - 1), generated * (k - 1))
+        usable = usable.reshape(generated, k - 1)
+        if first_row < 0:  # such a parent is never used; keep the row alignment with zeros
+            usable = np.vstack([np.zeros((generated_first - first_row, k - 1)), usable])
+        unused = self.unused_child
+        columns = [None if c == unused else usable[:, c - (c > unused)] for c in range(k)]
+        if self.prune and ((first_row + rows) * k - 1) * k ** level >= self.horizon:
+            nodes = np.arange(first_row * k, (first_row + rows) * k, dtype=np.int64)
+            keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(rows, k)
+            columns = [None if col is None else col * keep[:, c]
+                       for c, col in enumerate(columns)]
+        grid = np.zeros((groups, k))
+        running = None
+        for digit in range(1, low + k):  # d > 0: first d children of the parent
+            column = columns[digit - 1][1:] if low < 0 else columns[digit - 1]
+            running = column if running is None else running + column
+            grid[:, digit - low] = running
+        running = None
+        for digit in range(-1, low - 1, -1):  # d < 0: last |d| children of the previous parent
+            column = columns[k + digit][:-1]
+            running = column if running is None else running + column
+            grid[:, digit - low] = -running if signed else running
+        start = lo - (lo // k) * k
+        return grid.ravel()[start:start + hi - lo + 1]
 
     def _steps(self, start: int, count: int) -> np.ndarray:
         return np.arange(start + 1, start + count + 1, dtype=np.int64)
 
+    def _node_noise(self, level, first, count):
+        return self.noise_source.unit_noise(self.distribution, self.stream, level, first, count)
+
     def _unit_noise(self, start, count):
         if count == 1:
             return np.array([self._unit_noise_one(start + 1)])
-        def noise(level, first, n):
-            return self.noise_source.unit_noise(self.distribution, self.stream, level, first, n)
-        return self._combine(self._steps(start, count), noise, signed=True)
+        return self._combine(start, count, self._node_noise, signed=True)
 
     # Streaming fast path: the same IEEE operations as `_combine`, in the same order, on Python
-    # floats (cumsum is sequential addition; masks multiply by 1.0 / 0.0), so it is bit-identical.
+    # floats (cumsum is sequential addition), so it is bit-identical.
     def _prefix_leaves_one(self, step: int) -> int:
         return step
 
@@ -155,8 +270,8 @@ class TreeMechanism(ContinualMechanism):
             contribution = 0.0
             if digit != 0:
                 parent = position // k ** (level + 1) - (digit < 0)
-                children = self.noise_source.unit_noise(self.distribution, self.stream, level,
-                                                        parent * k, k).tolist()
+                children = self._node_noise(level, parent * (k - 1), k - 1).tolist()
+                children.insert(self.unused_child, 0.0)
                 if self.prune:
                     children = [value * (0.0 if self._data_free_one(level, parent * k + i)
                                          else 1.0) for i, value in enumerate(children)]
@@ -173,7 +288,7 @@ class TreeMechanism(ContinualMechanism):
         """Number of noisy nodes combined at steps start+1 .. start+count."""
         count = self.horizon - start if count is None else count
         ones = lambda level, first, n: np.ones(n, dtype=np.float64)  # noqa: E731
-        return self._combine(self._steps(start, count), ones, signed=False)
+        return self._combine(start, count, ones, signed=False)
 
     def _squared_weights(self):
         if "squared_weights" not in self._cache:
@@ -187,17 +302,15 @@ class TreeMechanism(ContinualMechanism):
 
     # ----- sensitivity -------------------------------------------------------------------------
     def used_nodes(self) -> List[np.ndarray]:
-        """Per level, a boolean array over node indices: used by some step 1..T."""
-        steps = self._steps(0, self.horizon)
-        used = []
-        for level, digit, parent in sorted(self.decompose(steps), key=lambda item: item[0]):
-            start = np.where(digit > 0, parent * self.arity,
-                             (parent + 1) * self.arity + digit)
+        """Per level (from 0), a boolean array over node indices: used by some step 1..T."""
+        used = [None] * self.height
+        for level, digit, parent, _ in self.level_runs(0, self.horizon):
+            start = np.where(digit > 0, parent * self.arity, (parent + 1) * self.arity + digit)
             stop = start + np.abs(digit)
             size = int(stop.max()) + 1
             marks = np.cumsum(np.bincount(start, minlength=size + 1)[:size + 1]
                               - np.bincount(stop, minlength=size + 1)[:size + 1])
-            used.append(marks[:size] > 0)
+            used[level] = marks[:size] > 0
         return used
 
     def column_counts(self) -> np.ndarray:
@@ -313,6 +426,7 @@ class SmoothBinary(TreeMechanism):
     combines exactly h/2 nodes and every step has the same noise distribution."""
 
     name = "smooth_binary"
+    prefix_is_step = False
 
     def __init__(self, horizon, budget, noise_source, *, prune: bool = False, **kwargs):
         self.arity = 2
@@ -357,6 +471,10 @@ class SmoothBinary(TreeMechanism):
     def data_leaf(self, steps):
         return self.balanced(np.asarray(steps, dtype=np.int64) - 1)
 
+    def _data_free_one(self, level, node):
+        low = min(self._balanced_rank_one(node << level), self.horizon)
+        return min(self._balanced_rank_one((node + 1) << level), self.horizon) <= low
+
     def data_free(self, level, nodes):
         low = self.balanced_rank(nodes << level)
         high = self.balanced_rank((nodes + 1) << level)
@@ -386,10 +504,6 @@ class SmoothBinary(TreeMechanism):
 
     def _prefix_leaves_one(self, step):
         return self._balanced_one(step)
-
-    def _data_free_one(self, level, node):
-        low = min(self._balanced_rank_one(node << level), self.horizon)
-        return min(self._balanced_rank_one((node + 1) << level), self.horizon) <= low
 
     def _structural_column_count(self):
         return self.height // 2  # only left children are ever used; a data leaf has h/2 zeros
