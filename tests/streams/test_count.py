@@ -1,0 +1,98 @@
+"""Count / sum with per-unit caps: reference, S_{k,k} and key cap, dead letters."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.streams.helpers import max_interval_sum
+from transforms.streams import ContributionBounds, count_streams
+
+
+def random_events(rng, horizon, units=4, keys=("a", "b", "c"), with_value=False):
+    records = []
+    for step in range(horizon):
+        for _ in range(rng.integers(0, 6)):
+            record = (step, f"u{rng.integers(units)}", keys[rng.integers(len(keys))])
+            if with_value:
+                record += (float(rng.uniform(-1, 4)),)
+            records.append(record)
+    return records
+
+
+def test_uncapped_count_equals_plain_count():
+    rng = np.random.default_rng(20)
+    for _ in range(300):
+        horizon = int(rng.integers(1, 8))
+        records = random_events(rng, horizon)
+        result = count_streams(records, horizon, ContributionBounds(10 ** 6, None, 10))
+        for key in "abc":
+            expected = np.bincount([r[0] for r in records if r[2] == key], minlength=horizon)
+            assert np.array_equal(result.stream(key), expected)
+
+
+@pytest.mark.parametrize("with_value", [False, True])
+def test_unit_contributions_are_in_s_k_k_on_at_most_m_keys(with_value):
+    rng = np.random.default_rng(21)
+    for _ in range(400):
+        horizon = int(rng.integers(1, 8))
+        k, per_step, m = int(rng.integers(1, 5)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        bounds = ContributionBounds(k, per_step, m, max_value=2.5 if with_value else None)
+        records = random_events(rng, horizon, with_value=with_value)
+        full = count_streams(records, horizon, bounds)
+        assert full.declaration.interval_bound == k == full.declaration.max_contributions
+        for unit in {r[1] for r in records}:
+            without = count_streams([r for r in records if r[1] != unit], horizon, bounds)
+            diffs = [full.stream(key) - without.stream(key) for key in "abc"]
+            touched = [d for d in diffs if np.any(d != 0)]
+            assert len(touched) <= m
+            total = sum(np.abs(d).sum() for d in diffs)
+            assert total <= k + 1e-9
+            for d in diffs:
+                assert np.all(d >= -1e-12) and np.all(d <= per_step + 1e-9)
+                assert max_interval_sum(d) <= k + 1e-9
+
+
+def test_deterministic_drops():
+    bounds = ContributionBounds(max_contributions=3, max_contributions_per_step=2,
+                                max_keys_per_unit=1)
+    records = [(0, "u", "b"), (0, "u", "a"), (0, "u", "a"), (0, "u", "a"), (1, "u", "a"),
+               (2, "u", "a")]
+    result = count_streams(records, 3, bounds)
+    # step 0: keys a, b seen; "a" admitted first (canonical order); 2 of 3 "a" events (per step)
+    assert result.stream("a").tolist() == [2, 1, 0] and result.stream("b").tolist() == [0, 0, 0]
+    assert result.dropped["contribution bound"] == 3
+    sums = count_streams([(0, "u", "a", 5.0), (0, "u", "a", -2.0), (1, "u", "a", 1.5)], 2,
+                         ContributionBounds(3, None, 1, max_value=2.0))
+    assert sums.stream("a").tolist() == [2.0, 1.0]  # clamped to [0, 2], then cut at k = 3
+
+
+@pytest.mark.parametrize("record,reason", [
+    ((0, None, "a"), "unit id is missing"),
+    ((0, "u", None), "key is missing"),
+    ((3, "u", "a"), "step must be an integer in [0, 3); got 3"),
+    ((0, "u"), "record must be (step, unit, key)"),
+])
+def test_bad_events_become_dead_letters(record, reason):
+    result = count_streams([record], 3, ContributionBounds(1))
+    assert [(d.record, d.reason) for d in result.dead_letters] == [(record, reason)]
+
+
+def test_bad_sum_values_become_dead_letters():
+    result = count_streams([(0, "u", "a", float("nan")), (0, "u", "a", "3")], 2,
+                           ContributionBounds(1, max_value=1.0))
+    assert [d.reason for d in result.dead_letters] == ["value must be a finite number; got nan",
+                                                       "value must be a finite number; got '3'"]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"max_contributions": 0}, r"^`max_contributions` must be an integer >= 1; got 0\.$"),
+    ({"max_contributions": 2, "max_contributions_per_step": 0},
+     r"^`max_contributions_per_step` must be an integer >= 1; got 0\.$"),
+    ({"max_contributions": 2, "max_keys_per_unit": 0},
+     r"^`max_keys_per_unit` must be an integer >= 1; got 0\.$"),
+    ({"max_contributions": 2, "max_value": -1.0},
+     r"^`max_value` must be a positive finite number; got -1\.0\.$"),
+])
+def test_bounds_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ContributionBounds(**kwargs)
