@@ -107,18 +107,20 @@ class TriangleCounter:
             new_counts[edge] = apply_ops(old, ops, self.semantics)
             if (new_counts[edge] > 0) != (old > 0):
                 toggled.append(edge)
-        # tri(u, v) changes only if (u, v) toggles, or u is an endpoint of a toggled (u, w) and v
-        # is a neighbour of w before or after the step.
+        # tri(u, x) changes only if (u, x) toggles, or u is an endpoint of a toggled (u, w) and x
+        # is adjacent to both u and w before or after the step (else tri(u, x) is 0 or keeps w
+        # out of the common neighbourhood).
         touched: Dict[Hashable, Set[Hashable]] = {}
         for a, b in toggled:
             touched.setdefault(a, set()).add(b)
             touched.setdefault(b, set()).add(a)
         candidates = set(toggled)
         for a, b in toggled:
-            for u, w in ((a, b), (b, a)):
-                for x in self._neighbours(w) | touched[w]:
-                    if x != u:
-                        candidates.add(canonical_edge(u, x))
+            around_a = self._neighbours(a) | touched[a]
+            around_b = self._neighbours(b) | touched[b]
+            for x in (around_a & around_b) - {a, b}:
+                candidates.add(canonical_edge(a, x))
+                candidates.add(canonical_edge(b, x))
         before = {edge: self.edge_triangles(edge) for edge in candidates}
         delta = 0
         for a, b in toggled:  # sequential toggles: each changes the count by its common neighbours
@@ -141,17 +143,23 @@ class TriangleCounter:
         return delta
 
     def _violation(self, step, toggled, before):
-        for node in sorted({n for edge in toggled for n in edge}, key=repr):
-            degree = len(self._neighbours(node))
-            if degree > self.max_degree:
-                return (f"`max_degree` must bound every node's degree; got degree {degree} at "
-                        f"node {node!r} in step {step}.")
-        for edge in sorted(before, key=repr):
-            change = abs(self.edge_triangles(edge) - before[edge])
+        """The first violated bound (in a fixed order, for a reproducible message), or None."""
+        too_high = [node for node in {n for edge in toggled for n in edge}
+                    if len(self._neighbours(node)) > self.max_degree]
+        if too_high:
+            node = min(too_high, key=repr)
+            return (f"`max_degree` must bound every node's degree; got degree "
+                    f"{len(self._neighbours(node))} at node {node!r} in step {step}.")
+        over = []
+        for edge, old in before.items():
+            change = abs(self.edge_triangles(edge) - old)
             if change:
                 total = self.contribution.get(edge, 0) + change
                 self.contribution[edge] = total
                 if total > self.max_contribution:
-                    return (f"`max_contribution` must bound every edge's triangle contribution; "
-                            f"got {total} for edge {edge!r} in step {step}.")
+                    over.append(edge)
+        if over:
+            edge = min(over, key=repr)
+            return (f"`max_contribution` must bound every edge's triangle contribution; got "
+                    f"{self.contribution[edge]} for edge {edge!r} in step {step}.")
         return None
