@@ -17,6 +17,6 @@ setuptools.setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=7", "scipy>=1.10"],
+        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4"],
     },
 )

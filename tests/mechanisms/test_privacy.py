@@ -69,38 +69,12 @@ def test_factory_errors(call, message):
         call()
 
 
-def test_larger_sensitivity_sets_scale_the_noise_and_never_lower_it():
+def test_larger_sensitivity_sets_scale_the_error_with_the_sensitivity():
     base = make("kary_subtraction", 100, epsilon=1.0, k=5, seed=0)
     for k in (2, 5):
         for d in (1, 2):
             wider = make("kary_subtraction", 100, epsilon=1.0, k=5, seed=0,
                          max_contributions=k, interval_bound=d)
-            assert wider.sensitivity >= base.sensitivity * min(k, 1)
+            assert wider.sensitivity > base.sensitivity
             assert wider.max_se() == pytest.approx(base.max_se() * wider.sensitivity
                                                    / base.sensitivity)
-
-
-def test_sensitivity_bound_holds_against_brute_force_on_small_sets():
-    """||R v||_p over every v in S_{D,k} (l1 <= k, |interval sums| <= D), T <= 6, never
-    exceeds the claimed sensitivity (the seam's bound until the exact DPs land)."""
-    import itertools
-    import numpy as np
-    for name in ("binary_tree", "kary_subtraction", "sqrt_toeplitz", "smooth_binary"):
-        for horizon in (3, 6):
-            for k in (1, 2, 3):
-                for d in (1, 2):
-                    for privacy, p in (({"epsilon": 1.0}, 1), ({"rho": 1.0}, 2)):
-                        params = {"k": 3} if name == "kary_subtraction" else {}
-                        mech = make(name, horizon, **privacy, seed=0, max_contributions=k,
-                                    interval_bound=d, **params)
-                        _, right = mech.dense_factors()
-                        worst = 0.0
-                        for v in itertools.product(range(-d, d + 1), repeat=horizon):
-                            v = np.array(v, dtype=float)
-                            if np.abs(v).sum() > k or v.sum() == 0 and not v.any():
-                                continue
-                            sums = np.cumsum(np.concatenate(([0.0], v)))
-                            if np.max(np.abs(sums[:, None] - sums[None, :])) > d:
-                                continue
-                            worst = max(worst, np.sum(np.abs(right @ v) ** p) ** (1 / p))
-                        assert worst <= mech.sensitivity + 1e-12, (name, horizon, k, d, p)

@@ -77,6 +77,10 @@ class ContinualMechanism(abc.ABC):
         """Largest column l_p norm of R: the sensitivity on S_{1,1}."""
 
     @abc.abstractmethod
+    def set_sensitivity(self, p: int, k: int, d: int) -> float:
+        """l_p sensitivity of R on S_{d,k} for k >= 2, d <= k (see sensitivity.py)."""
+
+    @abc.abstractmethod
     def _unit_noise(self, start: int, count: int) -> np.ndarray:
         """(L z)[start:start+count] for unit node noise z (Laplace(0,1) or N(0,1))."""
 

@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from . import sensitivity
 from .base import ContinualMechanism
 
 
@@ -50,6 +51,9 @@ class ToeplitzMechanism(ContinualMechanism):
         if key not in self._cache:
             self._cache[key] = float(np.sum(self.right_coefficients() ** p) ** (1.0 / p))
         return self._cache[key]
+
+    def set_sensitivity(self, p, k, d):
+        return sensitivity.toeplitz_set_sensitivity(self.right_coefficients(), p, k, d)
 
     def _squared_weights(self):
         if "squared_weights" not in self._cache:
@@ -113,6 +117,9 @@ class NaiveComposition(ToeplitzMechanism):
     def _unit_noise(self, start, count):
         return self._unit_z(start, count)
 
+    def set_sensitivity(self, p, k, d):
+        return sensitivity.prefix_matrix_sensitivity(self.horizon, p, k, d)
+
     def _equal_weight_terms(self):
         return np.ones(self.horizon, dtype=np.int64)
 
@@ -130,6 +137,9 @@ class InputPerturbation(ToeplitzMechanism):
 
     def _noise_vector(self):
         return np.cumsum(self._unit_z(0, self.horizon))
+
+    def set_sensitivity(self, p, k, d):
+        return sensitivity.identity_sensitivity(self.horizon, p, k, d)
 
     def _equal_weight_terms(self):
         return np.arange(1, self.horizon + 1, dtype=np.int64)

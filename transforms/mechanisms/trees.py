@@ -325,6 +325,10 @@ class TreeMechanism(ContinualMechanism):
             counts += inside & used[np.minimum(node, used.shape[0] - 1)]
         return counts
 
+    def set_sensitivity(self, p, k, d):
+        from . import sensitivity as seam
+        return seam.tree_set_sensitivity(self, p, k, d)
+
     def column_norm(self, p):
         key = ("column_norm", p)
         if key not in self._cache:

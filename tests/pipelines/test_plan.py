@@ -1,0 +1,69 @@
+"""python -m pipelines.plan: readable table, valid JSON, one clear error line and exit code 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipelines import plan
+
+
+def run(capsys, *args):
+    code = plan.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table_lists_every_mechanism_and_a_recommendation(capsys):
+    code, out, err = run(capsys, "--horizon", "500", "--epsilon", "1", "--max-contributions",
+                         "3")
+    assert code == 0 and err == ""
+    for name in ("binary_tree", "kary_tree", "kary_subtraction", "smooth_binary",
+                 "sqrt_toeplitz", "naive_composition", "input_perturbation"):
+        assert name in out
+    assert "MaxSE" in out and "Recommended (max error): kary_subtraction" in out
+
+
+def test_json_output(capsys):
+    code, out, _ = run(capsys, "--horizon", "200", "--epsilon", "1", "--delta", "1e-6",
+                       "--interval-bound", "2", "--max-contributions", "2", "--metric", "mean",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and set(data) >= {"rows", "recommended"}
+    for row in data["rows"]:
+        assert {"mechanism", "params", "max_se", "mean_se"} <= set(row)
+    assert data["recommended"]["mean_se"] == min(r["mean_se"] for r in data["rows"])
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "the following arguments are required: --horizon"),
+    (["--horizon", "0", "--rho", "1"], "`horizon` must be an integer >= 1; got 0."),
+    (["--horizon", "x", "--rho", "1"], "`horizon` must be an integer >= 1; got 'x'."),
+    (["--horizon", "10"], "`privacy` must be --epsilon E, --rho R or --epsilon E --delta d"),
+    (["--horizon", "10", "--rho", "1", "--epsilon", "1"], "`rho` must be given alone"),
+    (["--horizon", "10", "--delta", "0.1"], "`delta` must come with --epsilon; got --delta 0.1"),
+    (["--horizon", "10", "--epsilon", "1", "--delta", "2"],
+     "`delta` must be a number in (0, 1); got '2'."),
+    (["--horizon", "10", "--rho", "-1"], "`rho` must be a positive finite number; got '-1'."),
+    (["--horizon", "10", "--epsilon", "nan"],
+     "`epsilon` must be a positive finite number; got 'nan'."),
+    (["--horizon", "10", "--rho", "1", "--metric", "median"], "invalid choice: 'median'"),
+    (["--horizon", "10", "--rho", "1", "--max-contributions", "0"],
+     "`max-contributions` must be an integer >= 1; got 0."),
+    (["--horizon", "10", "--rho", "1", "--interval-bound", "-3"],
+     "`interval-bound` must be an integer >= 1; got -3."),
+    (["--horizon", "10", "--rho", "1", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--horizon", str(2 ** 25), "--rho", "1"], "`horizon` must be <= 16777216 for planning"),
+])
+def test_bad_arguments_give_one_line_and_exit_2(capsys, args, message):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+
+
+def test_module_entry_point_exit_code():
+    result = subprocess.run([sys.executable, "-m", "pipelines.plan", "--horizon", "5"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
