@@ -1,4 +1,24 @@
 """Differentially private continual release for Apache Beam.
 
-`transforms.mechanisms` (numpy) is Beam-free and importable on its own.
+`transforms.mechanisms` (numpy) and `transforms.streams` (pure Python) are Beam-free and
+importable on their own; the Beam transforms below are loaded on first use.
 """
+_BEAM_EXPORTS = {
+    "ContinualCount": "transforms.continual", "ContinualSum": "transforms.continual",
+    "ContinualCountDistinct": "transforms.continual",
+    "ContinualDegreeCount": "transforms.continual",
+    "ContinualTriangleCount": "transforms.continual", "ContinualRelease": "transforms.continual",
+    "TimeSteps": "transforms.steps", "SecretRef": "transforms.secret",
+    "WriteRecordsToParquet": "transforms.sinks", "WriteRecordsToJsonLines": "transforms.sinks",
+    "WriteRecordsToCsv": "transforms.sinks",
+}
+
+
+def __getattr__(name):
+    if name in _BEAM_EXPORTS:
+        import importlib
+        return getattr(importlib.import_module(_BEAM_EXPORTS[name]), name)
+    raise AttributeError(f"module 'transforms' has no attribute {name!r}")
+
+
+__all__ = sorted(_BEAM_EXPORTS)

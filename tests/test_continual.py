@@ -1,0 +1,230 @@
+"""The Beam plugin end to end on the local runners."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.beam_helpers import run
+from transforms import (ContinualCount, ContinualCountDistinct, ContinualDegreeCount,
+                        ContinualRelease, ContinualSum, ContinualTriangleCount, SecretRef,
+                        TimeSteps)
+from transforms.streams import (ContributionBounds, count_distinct_streams, count_streams,
+                                degree_streams, triangle_streams)
+
+ORIGIN = 1_700_000_000.0
+STEPS = TimeSteps(ORIGIN, 60.0, 6)
+
+
+def timestamp(rng, step):
+    return ORIGIN + step * 60.0 + float(rng.integers(0, 59_000)) / 1000.0
+
+
+def released_totals(records):
+    out = {}
+    for record in records:
+        out.setdefault(record["key"], [None] * STEPS.horizon)[record["step"]] = record["value"]
+    return out
+
+
+def random_count_events(rng, n=120):
+    events = []
+    for _ in range(n):
+        step = int(rng.integers(0, STEPS.horizon))
+        events.append(((f"u{rng.integers(8)}", ["eu", "us", "asia"][rng.integers(3)]),
+                       timestamp(rng, step)))
+    return events
+
+
+def test_zero_noise_count_equals_reference_and_every_public_key_gets_every_step():
+    rng = np.random.default_rng(1)
+    events = random_count_events(rng)
+    transform = ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], rho=0.5,
+                               max_contributions=3, max_contributions_per_step=2,
+                               max_keys_per_unit=2, zero_noise_for_tests=True)
+    records, dead = run(transform, events)
+    assert len(records) == 3 * STEPS.horizon and not dead
+    expected = count_streams([(STEPS.step_of(ts), unit, key) for (unit, key), ts in events],
+                             STEPS.horizon, ContributionBounds(3, 2, 2))
+    totals = released_totals(records)
+    for key in ("eu", "us", "latam"):
+        assert totals[key] == np.cumsum(expected.stream(key)).tolist()
+    assert totals["latam"] == [0.0] * STEPS.horizon
+    record = records[0]
+    assert set(record) == {"key", "step", "window_start", "window_end", "value", "stddev",
+                           "ci_low", "ci_high", "confidence", "mechanism", "mechanism_params",
+                           "epsilon", "delta", "rho"}
+    assert record["rho"] == 0.5 and record["confidence"] == 0.95
+
+
+def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_references():
+    rng = np.random.default_rng(2)
+    # sums
+    sum_events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(-1, 5))),
+                   timestamp(rng, int(rng.integers(0, 6)))) for _ in range(60)]
+    records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
+                                  max_contributions=4, zero_noise_for_tests=True), sum_events)
+    expected = count_streams([(STEPS.step_of(ts), u, k, v) for (u, k, v), ts in sum_events],
+                             STEPS.horizon, ContributionBounds(4, None, 1, max_value=2.0))
+    np.testing.assert_allclose(released_totals(records)["k"], np.cumsum(expected.stream("k")))
+    # count distinct (count semantics: order inside a step does not matter)
+    distinct_events = [((["+", "-"][int(rng.random() < 0.4)], f"i{rng.integers(6)}",
+                         ["a", "b"][rng.integers(2)]), timestamp(rng, int(rng.integers(0, 6))))
+                       for _ in range(80)]
+    records, _ = run(ContinualCountDistinct(steps=STEPS, public_keys=["a", "b"], rho=1.0,
+                                            max_flips=2, max_keys_per_unit=2,
+                                            zero_noise_for_tests=True), distinct_events)
+    expected = count_distinct_streams(
+        [(STEPS.step_of(ts), op, item, key) for (op, item, key), ts in distinct_events],
+        STEPS.horizon, 2, max_keys_per_unit=2)
+    for key in ("a", "b"):
+        assert released_totals(records)[key] == np.cumsum(expected.stream(key)).tolist()
+    # degrees and triangles: distinct timestamps, reference fed in event-time order
+    edge_events = []
+    for _ in range(50):
+        a, b = rng.choice(5, 2, replace=False)
+        edge_events.append(((["+", "-"][int(rng.random() < 0.3)], (int(a), int(b))),
+                            timestamp(rng, int(rng.integers(0, 6)))))
+    ordered = sorted(edge_events, key=lambda e: e[1])
+    records, _ = run(ContinualDegreeCount(steps=STEPS, public_keys=list(range(5)), rho=1.0,
+                                          max_updates=3, zero_noise_for_tests=True), edge_events)
+    expected = degree_streams([(STEPS.step_of(ts), op, edge) for (op, edge), ts in ordered],
+                              STEPS.horizon, 3)
+    for node in range(5):
+        assert released_totals(records)[repr(node)] == np.cumsum(expected.stream(node)).tolist()
+    records, _ = run(ContinualTriangleCount(steps=STEPS, rho=1.0, max_degree=5,
+                                            max_contribution=100, zero_noise_for_tests=True),
+                     edge_events)
+    expected = triangle_streams([(STEPS.step_of(ts), op, edge) for (op, edge), ts in ordered],
+                                STEPS.horizon, 5, 100)
+    assert released_totals(records)["triangles"] == np.cumsum(expected.stream(None)).tolist()
+    # generic release of declared difference values
+    values = [(("k", float(rng.integers(-2, 3))), timestamp(rng, s)) for s in range(6)]
+    records, _ = run(ContinualRelease(steps=STEPS, public_keys=["k"], epsilon=1.0,
+                                      max_contributions=2, interval_bound=2,
+                                      zero_noise_for_tests=True), values)
+    assert released_totals(records)["k"] == np.cumsum([v for (_, v), _ in values]).tolist()
+
+
+def noisy_count():
+    return ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], epsilon=1.0,
+                          max_contributions=2, mechanism="kary_subtraction",
+                          mechanism_params={"k": 3}, secret=SecretRef(literal=b"test-secret"))
+
+
+def test_batch_streaming_and_multiprocess_give_identical_records():
+    events = random_count_events(np.random.default_rng(3), n=60)
+    batch, _ = run(noisy_count(), events)
+    streaming, _ = run(noisy_count(), events, mode="streaming", steps=STEPS)
+    multi, _ = run(noisy_count(), events, mode="multi_processing")
+    assert len(batch) == 3 * STEPS.horizon
+    assert batch == streaming == multi
+    assert len({r["value"] for r in batch}) > 6  # real noise, not zeros
+
+
+def test_bundle_failing_on_its_first_attempt_does_not_change_records(tmp_path, monkeypatch):
+    """The streaming direct runner retries a failed bundle (up to 4 attempts). The release
+    timer fails once mid-way, after writing its state; the retried bundle must emit exactly
+    the records of an undisturbed run (same secret -> same noise, no state leaked)."""
+    events = random_count_events(np.random.default_rng(4), n=40)
+    undisturbed, _ = run(noisy_count(), events)
+    from transforms import continual
+    flag = tmp_path / "failed-once"
+    original = continual._ReleaseFn._record
+
+    def flaky(self, key, step, value):
+        if step == 3 and not flag.exists():
+            flag.write_text("x")
+            raise RuntimeError("injected failure on the first attempt")
+        return original(self, key, step, value)
+
+    monkeypatch.setattr(continual._ReleaseFn, "_record", flaky)
+    retried, _ = run(noisy_count(), events, mode="streaming", steps=STEPS)
+    assert flag.exists()  # the failure did happen
+    assert retried == undisturbed
+    rerun, _ = run(noisy_count(), events)  # a restarted job re-derives the same noise
+    assert rerun == undisturbed
+
+
+def test_out_of_horizon_bad_and_late_events_go_to_dead_letters():
+    events = [(("u1", "eu"), ORIGIN - 1), (("u1", "eu"), STEPS.stop + 5), (("u1",), ORIGIN + 1),
+              ((None, "eu"), ORIGIN + 1), (("u1", "eu"), ORIGIN + 2)]
+    records, dead = run(noisy_count(), events)
+    reasons = [d["reason"] for d in dead]
+    assert sum("outside the horizon" in r for r in reasons) == 2
+    assert "record must be (unit, key)" in reasons
+    assert "unit id must be a non-empty str or int" in reasons
+    assert len(records) == 3 * STEPS.horizon
+
+
+def test_late_event_in_streaming_goes_to_dead_letters():
+    """An element whose step was already processed arrives after the watermark passed it."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+    import apache_beam as beam
+    import tempfile
+    from tests.beam_helpers import AppendJson, read_json_lines
+    folder = tempfile.mkdtemp()
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    stream = (TestStream()
+              .add_elements([TimestampedValue(("u1", "eu"), ORIGIN + 1)])
+              .advance_watermark_to(STEPS.end(2))
+              .add_elements([TimestampedValue(("u1", "eu"), ORIGIN + 2)])
+              .advance_watermark_to(STEPS.end(STEPS.horizon + 2))
+              .advance_watermark_to_infinity())
+    with beam.Pipeline(options=options) as pipeline:
+        result = pipeline | stream | noisy_count()
+        result.records | "r" >> beam.ParDo(AppendJson(os.path.join(folder, "r.jsonl")))
+        result.dead_letters | "d" >> beam.ParDo(AppendJson(os.path.join(folder, "d.jsonl")))
+    dead = read_json_lines(os.path.join(folder, "d.jsonl"))
+    assert any("late" in d["reason"] for d in dead)
+    assert len(read_json_lines(os.path.join(folder, "r.jsonl"))) == 3 * STEPS.horizon
+
+
+def test_triangle_violation_halts_release_and_reports_it():
+    star = [(("+", (0, 1)), ORIGIN + 1), (("+", (0, 2)), ORIGIN + 2),
+            (("+", (0, 3)), ORIGIN + 61), (("+", (1, 2)), ORIGIN + 121)]
+    records, dead = run(ContinualTriangleCount(steps=STEPS, rho=1.0, max_degree=2,
+                                               max_contribution=5, zero_noise_for_tests=True),
+                        star)
+    assert [r["step"] for r in records] == [0]
+    assert any("`max_degree` must bound every node's degree" in d["reason"] for d in dead)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"public_keys": []}, r"^`public_keys` must be a non-empty list"),
+    ({"public_keys": ["a", "a"]}, r"^`public_keys` must be free of duplicates"),
+    ({"epsilon": -1.0}, r"^`epsilon` must be a positive finite number; got -1\.0\.$"),
+    ({"mechanism": "magic"}, r"^`mechanism` must be one of 'auto', 'binary_tree'"),
+    ({"confidence": 1.0}, r"^`confidence` must be a number in \(0, 1\); got 1\.0\.$"),
+    ({"seed": 3}, r"^`secret` must be given, or else exactly one of"),
+    ({"max_contributions": 0}, r"^`max_contributions` must be an integer >= 1; got 0\.$"),
+    ({"mechanism": "kary_tree", "mechanism_params": {"b": 2}}, r"^`params` must be among"),
+    ({"steps": "hourly"}, r"^`steps` must be a TimeSteps"),
+])
+def test_construction_errors(kwargs, message):
+    base = dict(steps=STEPS, public_keys=["a"], epsilon=1.0, zero_noise_for_tests=True)
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        ContinualCount(**base)
+
+
+def test_display_data_shows_privacy_and_mechanism():
+    data = noisy_count().display_data()
+    assert data["epsilon"] == 1.0 and data["mechanism"] == "kary_subtraction"
+    assert data["horizon"] == 6 and "literal" in data["noise"]
+    auto = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
+                          zero_noise_for_tests=True)
+    assert auto.display_data()["mechanism"] == "sqrt_toeplitz"
+
+
+def test_time_steps():
+    steps = TimeSteps(ORIGIN, 60, 3)
+    assert [steps.step_of(ORIGIN + s) for s in (-0.001, 0, 59.9, 60, 179.99, 180)] == [
+        None, 0, 0, 1, 2, None]
+    with pytest.raises(ValueError, match=r"^`step_size` must be a positive finite number"):
+        TimeSteps(ORIGIN, 0, 3)

@@ -1,0 +1,591 @@
+"""The Beam plugin: events -> per-unit truncation -> per-(key, step) aggregation -> per-key
+stateful release of a noisy running total with error bars, for every public key and step.
+
+    counts = events | ContinualCount(steps=TimeSteps(origin, 3600, 24 * 30), public_keys=regions,
+                                     rho=0.5, max_contributions=10, secret=SecretRef(env="DP"))
+    counts.records | WriteRecordsToParquet("out/counts")
+    counts.dead_letters | ...
+
+Every transform returns a `ContinualResult` with `.records` (one dict per public key and step)
+and `.dead_letters` (bad or out-of-horizon elements with a reason).
+
+Bounded input: units are truncated after a GroupByKey, and the release DoFn fires one timer per
+key at the horizon end that releases all T steps with the vectorised `release` (identical to
+per-step release, bit for bit). Unbounded input: truncation runs in a stateful DoFn with
+event-time timers at step ends, and the release DoFn releases step s when the watermark passes
+the end of step s + `release_delay_steps` (default 1, so upstream timer output has arrived even
+on runners whose timers hold no watermark).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
+                                              TimerSpec, on_timer)
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+from transforms.mechanisms import NAMES, ConstantNoiseSource, CounterState, make
+from transforms.mechanisms import _validation as check
+from transforms.mechanisms.choose import choose
+from transforms.mechanisms.privacy import PrivacyBudget
+from transforms.problems import (CountProblem, DegreeProblem, EntityProblem, Problem,
+                                 TriangleProblem, run_unit)
+from transforms.secret import SecretRef
+from transforms.steps import TimeSteps
+from transforms.streams import ContributionBounds, count_distinct
+from transforms.streams.count import canonical
+
+DEAD_LETTER = "dead_letter"
+SEED, HALT = -1, -2  # release-input steps (real steps are >= 0)
+HALT_VALUE = "halt"  # contribution value marking a fail-closed halt (never a number)
+MICRO = 1e-6
+
+
+def key_text(key) -> str:
+    return key if isinstance(key, str) else repr(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseConfig:
+    """Everything a worker needs to rebuild the per-key mechanism (picklable, no secret)."""
+    steps: TimeSteps
+    mechanism: str
+    params: Tuple[Tuple[str, Any], ...]
+    key_privacy: Tuple[Tuple[str, float], ...]
+    total_privacy: Tuple[Tuple[str, float], ...]
+    max_contributions: int
+    interval_bound: int
+    keys_per_unit: int
+    confidence: float
+    noise: Any  # SecretRef, or "zero" (tests only)
+    release_delay_steps: int
+
+    def build(self):
+        source = ConstantNoiseSource(0.0) if self.noise == "zero" else self.noise.noise_source()
+        return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
+                    max_contributions=self.max_contributions,
+                    interval_bound=self.interval_bound, noise_source=source, **dict(self.params))
+
+
+class _ReleaseFn(beam.DoFn):
+    """Per public key: collects (step, difference) and releases noisy running totals."""
+
+    PENDING = ReadModifyWriteStateSpec("pending", PickleCoder())
+    COUNTER = ReadModifyWriteStateSpec("counter", BytesCoder())
+    HALTED = ReadModifyWriteStateSpec("halted", PickleCoder())
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+
+    def __init__(self, config: ReleaseConfig, bounded: bool):
+        self.config = config
+        self.bounded = bounded
+        self.late = Metrics.counter("continual_release", "late_contributions")
+
+    def setup(self):
+        self.mechanism = self.config.build()
+        self.std = self.mechanism.noise_std()
+        self.half = self.mechanism.confidence_half_width(self.config.confidence)
+        self.template = {
+            "confidence": self.config.confidence, "mechanism": self.config.mechanism,
+            "mechanism_params": json.dumps(dict(self.config.params), sort_keys=True),
+            "epsilon": dict(self.config.total_privacy).get("epsilon"),
+            "delta": dict(self.config.total_privacy).get("delta"),
+            "rho": dict(self.config.total_privacy).get("rho")}
+
+    def _release_time(self, step):
+        steps = self.config.steps
+        if self.bounded:
+            return Timestamp(micros=int(round(steps.stop * 1e6)))
+        return Timestamp(micros=int(round(steps.end(step + self.config.release_delay_steps)
+                                          * 1e6)))
+
+    def process(self, element, pending=beam.DoFn.StateParam(PENDING),
+                counter=beam.DoFn.StateParam(COUNTER), halted=beam.DoFn.StateParam(HALTED),
+                timer=beam.DoFn.TimerParam(RELEASE)):
+        key, (step, value) = element
+        if step == SEED:
+            if self.bounded or counter.read() is None:
+                timer.set(self._release_time(0))
+                if counter.read() is None:
+                    counter.write(CounterState().to_bytes())
+            return
+        if step == HALT:
+            current = halted.read()
+            halted.write(min(value, current) if current is not None else value)
+            return
+        if not self.bounded:
+            released = CounterState.from_bytes(counter.read() or CounterState().to_bytes()).steps
+            if step < released:
+                self.late.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, {
+                    "record": repr((key, step, value)),
+                    "reason": f"late: step {step} of key {key_text(key)!r} was already released"})
+                return
+        values = pending.read() or {}
+        values[step] = add_exact(values.get(step, []), value)
+        pending.write(values)
+
+    @on_timer(RELEASE)
+    def release(self, key=beam.DoFn.KeyParam, pending=beam.DoFn.StateParam(PENDING),
+                counter=beam.DoFn.StateParam(COUNTER), halted=beam.DoFn.StateParam(HALTED),
+                timer=beam.DoFn.TimerParam(RELEASE)):
+        values = pending.read() or {}
+        stop = halted.read()
+        mechanism = self.mechanism.for_stream(key_text(key))
+        state = CounterState.from_bytes(counter.read() or CounterState().to_bytes())
+        if self.bounded:
+            x = np.zeros(self.config.steps.horizon)
+            for step, partials in values.items():
+                x[step] = math.fsum(partials)
+            outputs, state = mechanism.advance(state, x)
+            first = 0
+            pending.clear()
+        else:
+            step = state.steps
+            out, state = mechanism.step(state, math.fsum(values.pop(step, [])))
+            outputs, first = [out], step
+            pending.write(values)
+            if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
+                timer.set(self._release_time(step + 1))
+        counter.write(state.to_bytes())
+        for offset, value in enumerate(outputs):
+            step = first + offset
+            if stop is not None and step >= stop:
+                break
+            end = self.config.steps.end(step)
+            yield TimestampedValue(self._record(key, step, float(value)), end - MICRO)
+
+    def _record(self, key, step, value):
+        steps = self.config.steps
+        half, std = float(self.half[step]), float(self.std[step])
+        return {"key": key_text(key), "step": step,
+                "window_start": steps.iso(steps.start(step)),
+                "window_end": steps.iso(steps.end(step)), "value": value, "stddev": std,
+                "ci_low": value - half, "ci_high": value + half, **self.template}
+
+
+@beam.typehints.with_output_types(Tuple[Any, Any])
+class _AssignStep(beam.DoFn):
+    """Event timestamp -> step; bad or out-of-horizon elements -> dead letters."""
+
+    def __init__(self, problem: Problem, steps: TimeSteps):
+        self.problem = problem
+        self.steps = steps
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        seconds = float(timestamp.micros) / 1e6 if hasattr(timestamp, "micros") else float(
+            timestamp)
+        step = self.steps.step_of(seconds)
+        if step is None:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {
+                "record": repr(element),
+                "reason": f"event time {self.steps.iso(seconds)} is outside the horizon "
+                          f"[{self.steps.iso(self.steps.origin)}, "
+                          f"{self.steps.iso(self.steps.stop)})"})
+            return
+        parsed, reason = self.problem.parse(element)
+        if parsed is None:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(element),
+                                                         "reason": reason})
+            return
+        unit, payload = parsed
+        yield unit, (step, int(round(seconds * 1e6)), payload)
+
+
+def _sorted_payloads(items):
+    """Payloads of one step in (event time, canonical payload) order."""
+    return [payload for _, payload in sorted(((ts, p) for ts, p in items),
+                                             key=lambda tp: (tp[0], canonical(tp[1])))]
+
+
+def _truncate_unit(problem: Problem, horizon: int, unit, items):
+    """Bounded path: a unit's whole history at once (after GroupByKey)."""
+    by_step: Dict[int, list] = {}
+    for step, ts, payload in items:
+        by_step.setdefault(step, []).append((ts, payload))
+    state = problem.init_state()
+    steps = range(horizon) if problem.every_step else sorted(by_step)
+    for step in steps:
+        state, contributions, violation = run_unit(problem, unit, state, step,
+                                                   _sorted_payloads(by_step.get(step, ())))
+        if violation is not None:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(unit),
+                                                         "reason": violation})
+            yield (problem.key, step), HALT_VALUE
+            return
+        for key, value in contributions:
+            yield (key, step), value
+
+
+@beam.typehints.with_output_types(Tuple[Any, Any])
+class _TruncateStreaming(beam.DoFn):
+    """Unbounded path: buffer a unit's updates until the watermark passes the step's end."""
+
+    BUFFER = BagStateSpec("buffer", PickleCoder())
+    UNIT = ReadModifyWriteStateSpec("unit", PickleCoder())
+    NEXT = ReadModifyWriteStateSpec("next", PickleCoder())
+    STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
+
+    def __init__(self, problem: Problem, steps: TimeSteps):
+        self.problem = problem
+        self.steps = steps
+
+    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
+                next_step=beam.DoFn.StateParam(NEXT), timer=beam.DoFn.TimerParam(STEP_END)):
+        unit, (step, ts, payload) = element
+        done = next_step.read() or 0
+        if step < done:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {
+                "record": repr((unit, payload)),
+                "reason": f"late: step {step} of this unit was already processed"})
+            return
+        buffer.add((step, ts, payload))
+        earliest = min([step] + [s for s, _, _ in buffer.read()])
+        timer.set(Timestamp(micros=int(round(self.steps.end(earliest) * 1e6))))
+
+    @on_timer(STEP_END)
+    def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
+              buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
+              next_step=beam.DoFn.StateParam(NEXT), timer=beam.DoFn.TimerParam(STEP_END)):
+        items = list(buffer.read())
+        fired = float(fire.micros) / 1e6
+        ready = [it for it in items if self.steps.end(it[0]) <= fired + MICRO]
+        later = [it for it in items if self.steps.end(it[0]) > fired + MICRO]
+        state = unit_state.read()
+        state = self.problem.init_state() if state is None else state
+        done = next_step.read() or 0
+        by_step: Dict[int, list] = {}
+        for step, ts, payload in ready:
+            by_step.setdefault(step, []).append((ts, payload))
+        last = max(by_step) if by_step else done - 1
+        steps = range(done, last + 1) if self.problem.every_step else sorted(by_step)
+        for step in steps:
+            state, contributions, violation = run_unit(self.problem, key, state, step,
+                                                       _sorted_payloads(by_step.get(step, ())))
+            if violation is not None:
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(key),
+                                                             "reason": violation})
+                yield TimestampedValue(((self.problem.key, step), HALT_VALUE),
+                                       self.steps.end(step) - MICRO)
+                buffer.clear()
+                next_step.write(self.steps.horizon)
+                return
+            for out_key, value in contributions:
+                yield TimestampedValue(((out_key, step), value), self.steps.end(step) - MICRO)
+        unit_state.write(state)
+        next_step.write(last + 1)
+        buffer.clear()
+        for item in later:
+            buffer.add(item)
+        if later:
+            earliest = min(s for s, _, _ in later)
+            timer.set(Timestamp(micros=int(round(self.steps.end(earliest) * 1e6))))
+
+
+def add_exact(partials: List[float], value: float) -> List[float]:
+    """Shewchuk's exact running sum: math.fsum(partials) is the correctly rounded total, so the
+    result does not depend on the order contributions arrive in (batch = streaming)."""
+    out = []
+    for partial in partials:
+        if abs(value) < abs(partial):
+            value, partial = partial, value
+        high = value + partial
+        low = partial - (high - value)
+        if low:
+            out.append(low)
+        value = high
+    out.append(value)
+    return out
+
+
+class _Aggregate(beam.CombineFn):
+    """Exact sum of contributions per (key, step); a halt marker wins (fail closed)."""
+
+    def create_accumulator(self):
+        return ([], False)
+
+    def add_input(self, acc, value):
+        if isinstance(value, str):
+            return acc[0], True
+        return add_exact(acc[0], value), acc[1]
+
+    def merge_accumulators(self, accs):
+        partials, halted = [], False
+        for acc in accs:
+            for value in acc[0]:
+                partials = add_exact(partials, value)
+            halted = halted or acc[1]
+        return partials, halted
+
+    def extract_output(self, acc):
+        return math.fsum(acc[0]), acc[1]
+
+
+@dataclasses.dataclass
+class ContinualResult:
+    records: Any
+    dead_letters: Any
+
+
+class _ContinualBase(beam.PTransform):
+    """Shared construction, validation, display data and the release half of the pipeline."""
+
+    def __init__(self, *, steps: TimeSteps, public_keys: Sequence, epsilon=None, rho=None,
+                 delta=None, mechanism: str = "auto", mechanism_params: Optional[dict] = None,
+                 confidence: float = 0.95, secret: Optional[SecretRef] = None,
+                 seed: Optional[int] = None, zero_noise_for_tests: bool = False,
+                 release_delay_steps: int = 1, label: Optional[str] = None):
+        super().__init__(label)
+        if not isinstance(steps, TimeSteps):
+            check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
+        self.steps = steps
+        keys = list(public_keys) if public_keys is not None else []
+        if not keys or any(isinstance(k, bool) or not isinstance(k, (str, int, tuple))
+                           for k in keys):
+            check.fail("public_keys", "a non-empty list of str, int or tuple keys", public_keys)
+        if len(set(keys)) != len(keys):
+            check.fail("public_keys", "free of duplicates", public_keys)
+        self.public_keys = keys
+        self.budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
+        check.one_of("mechanism", mechanism, ("auto",) + NAMES)
+        self.mechanism_name = mechanism
+        self.mechanism_params = dict(mechanism_params or {})
+        self.confidence = check.open_unit_interval("confidence", confidence)
+        noise_choices = [secret is not None, seed is not None, bool(zero_noise_for_tests)]
+        if sum(noise_choices) != 1:
+            check.fail("secret", "given, or else exactly one of `seed` or "
+                                 "`zero_noise_for_tests`", secret)
+        if secret is not None and not isinstance(secret, SecretRef):
+            check.fail("secret", "a SecretRef (env, path, seed or literal)", secret)
+        self.noise = "zero" if zero_noise_for_tests else (
+            secret if secret is not None else SecretRef(seed=seed))
+        self.release_delay_steps = check.integer_at_least("release_delay_steps",
+                                                          release_delay_steps, 0)
+        self.problem = self.make_problem()
+        self.config = self._release_config()
+
+    def make_problem(self) -> Problem:
+        raise NotImplementedError
+
+    def _key_privacy(self) -> dict:
+        share = self.problem.declaration.keys_per_unit
+        if self.budget.noise == "laplace":
+            return {"epsilon": self.budget.epsilon / share}
+        return {"rho": self.budget.rho / share}
+
+    def _release_config(self) -> ReleaseConfig:
+        declaration = self.problem.declaration
+        key_privacy = self._key_privacy()
+        name, params = self.mechanism_name, dict(self.mechanism_params)
+        if name == "auto":
+            best, _ = choose(self.steps.horizon, key_privacy, declaration.max_contributions,
+                             declaration.interval_bound)
+            name, params = best.mechanism, dict(best.params)
+        total = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
+        config = ReleaseConfig(self.steps, name, tuple(sorted(params.items())),
+                               tuple(sorted(key_privacy.items())), tuple(sorted(total.items())),
+                               declaration.max_contributions, declaration.interval_bound,
+                               declaration.keys_per_unit, self.confidence, self.noise,
+                               self.release_delay_steps)
+        make(name, self.steps.horizon, **key_privacy,  # validates parameters now
+             max_contributions=declaration.max_contributions,
+             interval_bound=declaration.interval_bound, noise_source=ConstantNoiseSource(0.0),
+             **params)
+        return config
+
+    def display_data(self):
+        data = {"mechanism": self.config.mechanism,
+                "mechanism_params": json.dumps(dict(self.config.params), sort_keys=True),
+                "horizon": self.steps.horizon, "step_seconds": self.steps.size,
+                "origin": self.steps.iso(self.steps.origin), "public_keys": len(self.public_keys),
+                "max_contributions": self.config.max_contributions,
+                "interval_bound": self.config.interval_bound,
+                "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
+                "noise": "zero (tests only)" if self.noise == "zero" else self.noise.describe()}
+        data.update({k: v for k, v in dict(self.config.total_privacy).items()})
+        return data
+
+    def expand(self, events):
+        bounded = events.is_bounded
+        stepped = events | "AssignStep" >> beam.ParDo(
+            _AssignStep(self.problem, self.steps)).with_outputs(DEAD_LETTER, main="events")
+        if bounded:
+            contributions = (
+                stepped.events
+                | "GroupByUnit" >> beam.GroupByKey()
+                | "TruncatePerUnit" >> beam.FlatMap(
+                    lambda kv, problem, horizon: _truncate_unit(problem, horizon, kv[0], kv[1]),
+                    self.problem, self.steps.horizon).with_output_types(
+                        Tuple[Any, Any]).with_outputs(DEAD_LETTER, main="contributions"))
+        else:
+            contributions = (
+                stepped.events
+                | "TruncatePerUnit" >> beam.ParDo(
+                    _TruncateStreaming(self.problem, self.steps)).with_outputs(
+                        DEAD_LETTER, main="contributions"))
+        return self._release(events.pipeline, contributions.contributions,
+                             [stepped[DEAD_LETTER], contributions[DEAD_LETTER]], bounded)
+
+    def _release(self, pipeline, contributions, dead_letters, bounded):
+        public = set(self.public_keys)
+        dropped = Metrics.counter("continual_release", "dropped_non_public_keys")
+
+        def public_only(item):
+            (key, step), value = item
+            if key in public:
+                yield key, (step, value)
+            elif not isinstance(value, str) and value == 0:
+                pass
+            else:
+                dropped.inc()
+
+        def as_release_input(item):
+            (key, step), value = item
+            if isinstance(value, str):
+                yield key, (HALT, step)
+            else:
+                yield key, (step, value)
+
+        steps = self.steps
+        if bounded:  # pre-aggregate: one state write per (key, step) instead of per element
+            contributions = (contributions
+                             | "SumPerKeyAndStep" >> beam.CombinePerKey(_Aggregate())
+                             | "ExactSums" >> beam.MapTuple(
+                                 lambda key_step, acc: (key_step, HALT_VALUE if acc[1]
+                                                        else acc[0])))
+        per_step = (contributions
+                    | "KeepPublicKeys" >> beam.FlatMap(public_only)
+                    | "ToReleaseInput" >> beam.FlatMap(
+                        lambda item: as_release_input(((item[0], item[1][0]), item[1][1]))
+                    ).with_output_types(Tuple[Any, Any]))
+        seeds = (pipeline
+                 | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
+                 | "SeedEveryKey" >> beam.Map(lambda key: TimestampedValue(
+                     (key, (SEED, 0.0)), steps.origin)).with_output_types(Tuple[Any, Any]))
+        released = ((per_step, seeds) | "WithSeeds" >> beam.Flatten()
+                    | "Release" >> beam.ParDo(_ReleaseFn(self.config, bounded)).with_outputs(
+                        DEAD_LETTER, main="records"))
+        dead = (dead_letters + [released[DEAD_LETTER]]) | "DeadLetters" >> beam.Flatten()
+        return ContinualResult(released.records, dead)
+
+
+class ContinualCount(_ContinualBase):
+    """Running count per public key; elements (unit, key) timestamped with event time.
+
+    Each unit (user) contributes at most `max_contributions_per_step` events per step and
+    `max_contributions` over the horizon to at most `max_keys_per_unit` keys."""
+
+    def __init__(self, *, max_contributions: int = 1, max_contributions_per_step=None,
+                 max_keys_per_unit: int = 1, **kwargs):
+        self.bounds = ContributionBounds(max_contributions, max_contributions_per_step,
+                                         max_keys_per_unit)
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        return CountProblem(self.bounds)
+
+
+class ContinualSum(_ContinualBase):
+    """Running sum per public key; elements (unit, key, value); values clamped to
+    [0, max_value], at most `max_contributions` value mass per unit over the horizon."""
+
+    def __init__(self, *, max_value: float, max_contributions: int = 1,
+                 max_contributions_per_step=None, max_keys_per_unit: int = 1, **kwargs):
+        self.bounds = ContributionBounds(max_contributions, max_contributions_per_step,
+                                         max_keys_per_unit, max_value=max_value)
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        return CountProblem(self.bounds, with_value=True)
+
+
+class ContinualCountDistinct(_ContinualBase):
+    """Distinct present items per key; elements (op, item, key), op '+' / '-'; item-level
+    privacy with flippancy bound `max_flips` (S_{1,k})."""
+
+    def __init__(self, *, max_flips: int, max_keys_per_unit: int = 1, semantics="count",
+                 **kwargs):
+        self.machine = count_distinct(max_flips, semantics)
+        self.max_keys_per_unit = check.integer_at_least("max_keys_per_unit",
+                                                        max_keys_per_unit, 1)
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        return EntityProblem(self.machine, self.max_keys_per_unit)
+
+
+class ContinualDegreeCount(_ContinualBase):
+    """Degree of every public node; elements (op, (a, b)); edge-level privacy with degree
+    contribution bound `max_updates`; each node's counter gets half the budget (Cor. 6.15)."""
+
+    def __init__(self, *, max_updates: int, **kwargs):
+        self.max_updates = check.integer_at_least("max_updates", max_updates, 1)
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        return DegreeProblem(self.max_updates)
+
+
+class ContinualTriangleCount(_ContinualBase):
+    """Triangle count of one graph; elements (op, (a, b)). Private only for graph streams with
+    maximum degree <= `max_degree` and triangle contribution <= `max_contribution`; the first
+    violation halts the release (no record for that step or later) and goes to dead letters."""
+
+    def __init__(self, *, max_degree: int, max_contribution: int, **kwargs):
+        self.max_degree = check.integer_at_least("max_degree", max_degree, 1)
+        self.max_contribution = check.integer_at_least("max_contribution", max_contribution, 1)
+        kwargs.setdefault("public_keys", ["triangles"])
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        return TriangleProblem(self.max_degree, self.max_contribution)
+
+
+class ContinualRelease(_ContinualBase):
+    """Release already-computed difference values: elements (key, value) with event time; the
+    caller declares that one protected unit changes each key's stream by a vector of S_{D,k}
+    and touches at most `keys_per_unit` keys (no truncation is applied here)."""
+
+    def __init__(self, *, max_contributions: int = 1, interval_bound: int = 1,
+                 keys_per_unit: int = 1, **kwargs):
+        from transforms.streams.records import Declaration
+        self.declaration = Declaration(
+            check.integer_at_least("interval_bound", interval_bound, 1),
+            check.integer_at_least("max_contributions", max_contributions, 1),
+            check.integer_at_least("keys_per_unit", keys_per_unit, 1), "declared")
+        super().__init__(**kwargs)
+
+    def make_problem(self):
+        declaration = self.declaration
+
+        class Declared(Problem):
+            name = "declared"
+
+            def parse(self, element):
+                if not isinstance(element, (tuple, list)) or len(element) != 2:
+                    return None, "record must be (key, value)"
+                key, value = element
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                        not math.isfinite(value):
+                    return None, f"value must be a finite number; got {value!r}"
+                return (key, float(value)), None
+
+        problem = Declared()
+        problem.declaration = declaration
+        return problem
+
+    def expand(self, events):
+        stepped = events | "AssignStep" >> beam.ParDo(
+            _AssignStep(self.problem, self.steps)).with_outputs(DEAD_LETTER, main="events")
+        contributions = stepped.events | "AsContributions" >> beam.Map(
+            lambda item: ((item[0], item[1][0]), item[1][2])).with_output_types(Tuple[Any, Any])
+        return self._release(events.pipeline, contributions, [stepped[DEAD_LETTER]],
+                             events.is_bounded)
