@@ -1,0 +1,248 @@
+"""Job configs (YAML): one validated, immutable description of a continual-release job.
+
+Every error names the field and the allowed values, in the project's one shape:
+"`input.format` must be one of 'jsonl', 'csv', 'parquet'; got 'xml'." Unknown fields are errors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import numbers
+import os
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from transforms.mechanisms import NAMES
+
+TRANSFORMS = ("count", "sum", "count_distinct", "degree_count", "triangle_count", "release")
+FORMATS = ("jsonl", "csv", "parquet")
+OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
+ROLES = {"count": ("timestamp", "unit", "key"), "sum": ("timestamp", "unit", "key", "value"),
+         "count_distinct": ("timestamp", "op", "item", "key"),
+         "degree_count": ("timestamp", "op", "a", "b"),
+         "triangle_count": ("timestamp", "op", "a", "b"),
+         "release": ("timestamp", "key", "value")}
+REQUIRED = "<required>"
+BOUNDS = {"count": {"max_contributions": 1, "max_contributions_per_step": None,
+                    "max_keys_per_unit": 1},
+          "sum": {"max_value": REQUIRED, "max_contributions": 1,
+                  "max_contributions_per_step": None, "max_keys_per_unit": 1},
+          "count_distinct": {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
+          "degree_count": {"max_updates": REQUIRED},
+          "triangle_count": {"max_degree": REQUIRED, "max_contribution": REQUIRED},
+          "release": {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1}}
+TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
+       "public_keys_file", "mechanism", "confidence", "secret", "output")
+DEMO_PREFIX = "demo:"
+DEMO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_data")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def fail(name: str, condition: str, value) -> None:
+    raise ConfigError(f"`{name}` must be {condition}; got {value!r}.")
+
+
+def _section(raw, name, allowed, required=()):
+    if not isinstance(raw, dict):
+        fail(name, "a mapping", raw)
+    for key in raw:
+        if key not in allowed:
+            fail(f"{name}.{key}" if name else key,
+                 "a known field (one of " + ", ".join(allowed) + ")", "unknown field")
+    for key in required:
+        if raw.get(key) is None:
+            fail(f"{name}.{key}" if name else key, "given", None)
+    return raw
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fail(name, "an integer >= 1", value)
+    return value
+
+
+def _positive_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(
+            value) or value <= 0:
+        fail(name, "a positive finite number", value)
+    return float(value)
+
+
+def parse_time(name, value) -> float:
+    """ISO-8601 (with Z or an offset) or seconds since the epoch -> seconds."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return parsed.timestamp()
+    fail(name, "an ISO-8601 time with a timezone (e.g. 2026-01-05T00:00:00Z) or epoch seconds",
+         value)
+
+
+def resolve_path(path: str) -> str:
+    if path.startswith(DEMO_PREFIX):
+        return os.path.join(DEMO_DIR, path[len(DEMO_PREFIX):])
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    job: str
+    transform: str
+    input_path: str
+    input_format: str
+    fields: Dict[str, str]
+    timestamp_format: str
+    origin: float
+    step_seconds: float
+    horizon: int
+    privacy: Dict[str, float]
+    bounds: Dict[str, Any]
+    public_keys: List[Any]
+    mechanism: str
+    mechanism_params: Dict[str, Any]
+    confidence: float
+    secret: Dict[str, Any]
+    output_path: str
+    output_formats: List[str]
+
+
+def load(path: str) -> JobConfig:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except FileNotFoundError:
+        fail("config", "an existing YAML file", path)
+    except yaml.YAMLError as error:
+        fail("config", "valid YAML", str(error).splitlines()[0])
+    return validate(raw, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def validate(raw, base_dir: str = ".") -> JobConfig:
+    raw = _section(raw, "", TOP, ("job", "transform", "input", "steps", "privacy", "output"))
+    job = raw["job"]
+    if not isinstance(job, str) or not job.replace("-", "").replace("_", "").isalnum():
+        fail("job", "a name of letters, digits, '-' and '_'", job)
+    transform = raw["transform"]
+    if transform not in TRANSFORMS:
+        fail("transform", "one of " + ", ".join(repr(t) for t in TRANSFORMS), transform)
+
+    source = _section(raw["input"], "input", ("path", "format", "fields", "timestamp_format"),
+                      ("path", "fields"))
+    if not isinstance(source["path"], str) or not source["path"]:
+        fail("input.path", "a non-empty path (or demo:<file>)", source["path"])
+    default_format = os.path.splitext(source["path"])[1].lstrip(".")
+    fmt = source.get("format", default_format)
+    if fmt not in FORMATS:
+        fail("input.format", "one of " + ", ".join(repr(f) for f in FORMATS), fmt)
+    fields = _section(source["fields"], "input.fields", ROLES[transform], ROLES[transform])
+    for role, column in fields.items():
+        if not isinstance(column, str) or not column:
+            fail(f"input.fields.{role}", "a column name", column)
+    timestamp_format = source.get("timestamp_format", "iso")
+    if timestamp_format not in ("iso", "seconds"):
+        fail("input.timestamp_format", "one of 'iso', 'seconds'", timestamp_format)
+
+    steps = _section(raw["steps"], "steps", ("origin", "size_seconds", "horizon"),
+                     ("origin", "size_seconds", "horizon"))
+    origin = parse_time("steps.origin", steps["origin"])
+    size = _positive_number("steps.size_seconds", steps["size_seconds"])
+    horizon = _positive_int("steps.horizon", steps["horizon"])
+
+    privacy = _section(raw["privacy"], "privacy", ("epsilon", "rho", "delta"))
+    if ("epsilon" in privacy) == ("rho" in privacy):
+        fail("privacy", "exactly one of epsilon or rho (with an optional delta for epsilon)",
+             privacy)
+    for name, value in privacy.items():
+        _positive_number(f"privacy.{name}", value)
+    if "delta" in privacy and ("rho" in privacy or not privacy["delta"] < 1):
+        fail("privacy.delta", "a number in (0, 1) given with epsilon", privacy["delta"])
+
+    allowed_bounds = BOUNDS[transform]
+    bounds_raw = _section(raw.get("bounds") or {}, "bounds", tuple(allowed_bounds),
+                          tuple(k for k, v in allowed_bounds.items() if v == REQUIRED))
+    bounds = {**{k: v for k, v in allowed_bounds.items() if v not in (None, REQUIRED)},
+              **bounds_raw}
+    for name, value in bounds.items():
+        if name == "semantics":
+            if value not in ("count", "set"):
+                fail("bounds.semantics", "one of 'count', 'set'", value)
+        elif name == "max_value":
+            _positive_number("bounds.max_value", value)
+        elif value is not None:
+            _positive_int(f"bounds.{name}", value)
+
+    if transform == "triangle_count":
+        if raw.get("public_keys") or raw.get("public_keys_file"):
+            fail("public_keys", "absent for triangle_count (its one key is 'triangles')",
+                 raw.get("public_keys") or raw.get("public_keys_file"))
+        keys = ["triangles"]
+    else:
+        keys = _public_keys(raw, base_dir)
+
+    mechanism = _section(raw.get("mechanism") or {}, "mechanism", ("name", "params"))
+    name = mechanism.get("name", "auto")
+    if name not in ("auto",) + NAMES:
+        fail("mechanism.name", "one of " + ", ".join(repr(n) for n in ("auto",) + NAMES), name)
+    params = mechanism.get("params") or {}
+    if not isinstance(params, dict):
+        fail("mechanism.params", "a mapping", params)
+    if name == "auto" and params:
+        fail("mechanism.params", "empty when mechanism.name is 'auto'", params)
+
+    confidence = raw.get("confidence", 0.95)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
+            0 < confidence < 1):
+        fail("confidence", "a number in (0, 1)", confidence)
+
+    secret = _section(raw.get("secret") or {"env": "DP_CONTINUAL_SECRET"}, "secret",
+                      ("env", "path", "seed"))
+    if len(secret) != 1:
+        fail("secret", "exactly one of env, path or seed", secret)
+    if "seed" in secret and (isinstance(secret["seed"], bool)
+                             or not isinstance(secret["seed"], int) or secret["seed"] < 0):
+        fail("secret.seed", "an integer >= 0", secret["seed"])
+
+    output = _section(raw["output"], "output", ("path", "formats"), ("path",))
+    formats = output.get("formats", ["parquet", "jsonl"])
+    if not isinstance(formats, list) or not formats or any(f not in OUTPUT_FORMATS
+                                                           for f in formats):
+        fail("output.formats", "a non-empty list of " + ", ".join(
+            repr(f) for f in OUTPUT_FORMATS), formats)
+
+    return JobConfig(job, transform, resolve_path(source["path"]), fmt, dict(fields),
+                     timestamp_format, origin, size, horizon, dict(privacy), bounds, keys, name,
+                     dict(params), float(confidence), dict(secret), output["path"], formats)
+
+
+def _public_keys(raw, base_dir):
+    keys, path = raw.get("public_keys"), raw.get("public_keys_file")
+    if (keys is None) == (path is None):
+        fail("public_keys", "given, either as a list or as public_keys_file (not both)",
+             keys if keys is not None else path)
+    if path is not None:
+        full = resolve_path(path) if path.startswith(DEMO_PREFIX) else os.path.join(base_dir,
+                                                                                   path)
+        if not os.path.exists(full):
+            fail("public_keys_file", "an existing file with one key per line", path)
+        with open(full, encoding="utf-8") as handle:
+            keys = [line.strip() for line in handle if line.strip()]
+    if not isinstance(keys, list) or not keys or any(
+            isinstance(k, bool) or not isinstance(k, (str, int)) for k in keys):
+        fail("public_keys", "a non-empty list of strings or integers", keys)
+    if len(set(keys)) != len(keys):
+        fail("public_keys", "free of duplicates", keys)
+    return keys
