@@ -10,6 +10,8 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["transforms", "transforms.*",
                                                "pipelines", "pipelines.*"]),
+    package_data={"pipelines": ["demo_data/*.jsonl", "demo_data/*.txt"]},
+    include_package_data=True,
     install_requires=[
         "apache-beam>=2.60,<3",
         "numpy>=1.24",
@@ -17,6 +19,6 @@ setuptools.setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4"],
+        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4", "wheel"],
     },
 )

@@ -1,0 +1,113 @@
+"""Config validation: every invalid config gives one clear error naming the field."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from pipelines.config import ConfigError, load, validate
+
+BASE = {
+    "job": "t", "transform": "count",
+    "input": {"path": "demo:active_users.jsonl", "fields": {"timestamp": "ts", "unit": "user",
+                                                            "key": "region"}},
+    "steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 4},
+    "privacy": {"epsilon": 1.0}, "public_keys": ["a", "b"], "secret": {"seed": 1},
+    "output": {"path": "out"},
+}
+
+
+def edited(path, value):
+    config = copy.deepcopy(BASE)
+    node = config
+    for part in path[:-1]:
+        node = node[part]
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return config
+
+
+DELETE = object()
+
+CASES = [
+    (("colour",), "red", r"^`colour` must be a known field \(one of job, transform"),
+    (("transform",), "median", r"^`transform` must be one of 'count', 'sum'.*got 'median'\.$"),
+    (("job",), DELETE, r"^`job` must be given; got None\.$"),
+    (("job",), "a b", r"^`job` must be a name of letters, digits"),
+    (("input", "format"), "xml", r"^`input.format` must be one of 'jsonl', 'csv', 'parquet'; "
+                                 r"got 'xml'\.$"),
+    (("input", "fields"), {"timestamp": "ts", "unit": "user"},
+     r"^`input.fields.key` must be given; got None\.$"),
+    (("input", "fields", "colour"), "x", r"^`input.fields.colour` must be a known field"),
+    (("input", "timestamp_format"), "unix", r"^`input.timestamp_format` must be one of 'iso'"),
+    (("input", "extra"), 1, r"^`input.extra` must be a known field"),
+    (("steps", "origin"), "yesterday", r"^`steps.origin` must be an ISO-8601 time"),
+    (("steps", "origin"), "2026-01-05T00:00:00", r"^`steps.origin` must be an ISO-8601 time "
+                                                 r"with a timezone"),
+    (("steps", "size_seconds"), 0, r"^`steps.size_seconds` must be a positive finite number; "
+                                   r"got 0\.$"),
+    (("steps", "horizon"), 2.5, r"^`steps.horizon` must be an integer >= 1; got 2\.5\.$"),
+    (("privacy",), {"epsilon": 1.0, "rho": 1.0}, r"^`privacy` must be exactly one of epsilon"),
+    (("privacy",), {"rho": 1.0, "delta": 1e-6}, r"^`privacy.delta` must be a number in \(0, 1\) "
+                                                r"given with epsilon"),
+    (("privacy", "epsilon"), -1, r"^`privacy.epsilon` must be a positive finite number"),
+    (("bounds",), {"max_flips": 2}, r"^`bounds.max_flips` must be a known field \(one of "
+                                    r"max_contributions"),
+    (("bounds",), {"max_contributions": 0}, r"^`bounds.max_contributions` must be an integer "
+                                            r">= 1; got 0\.$"),
+    (("public_keys",), [], r"^`public_keys` must be a non-empty list"),
+    (("public_keys",), ["a", "a"], r"^`public_keys` must be free of duplicates"),
+    (("public_keys",), DELETE, r"^`public_keys` must be given, either as a list or as "
+                               r"public_keys_file"),
+    (("mechanism",), {"name": "magic"}, r"^`mechanism.name` must be one of 'auto'"),
+    (("mechanism",), {"name": "auto", "params": {"k": 3}},
+     r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
+    (("confidence",), 1.5, r"^`confidence` must be a number in \(0, 1\); got 1\.5\.$"),
+    (("secret",), {"seed": 1, "env": "X"}, r"^`secret` must be exactly one of env, path or seed"),
+    (("secret",), {"password": "x"}, r"^`secret.password` must be a known field"),
+    (("output", "formats"), ["xlsx"], r"^`output.formats` must be a non-empty list of "
+                                      r"'parquet', 'jsonl', 'csv'"),
+    (("output",), {}, r"^`output.path` must be given; got None\.$"),
+]
+
+
+@pytest.mark.parametrize("path,value,message", CASES)
+def test_invalid_configs_name_the_field(path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(edited(path, value))
+
+
+def test_transform_specific_required_bounds():
+    config = edited(("transform",), "count_distinct")
+    config["input"]["fields"] = {"timestamp": "ts", "op": "op", "item": "item", "key": "store"}
+    with pytest.raises(ConfigError, match=r"^`bounds.max_flips` must be given; got None\.$"):
+        validate(config)
+    config["bounds"] = {"max_flips": 3}
+    assert validate(config).bounds == {"max_flips": 3, "max_keys_per_unit": 1,
+                                       "semantics": "count"}
+
+
+def test_valid_config_and_files(tmp_path):
+    job = validate(BASE)
+    assert job.origin == 1767571200.0 and job.horizon == 4 and job.output_formats == [
+        "parquet", "jsonl"]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert load(str(path)) == job
+    path.write_text("job: [unclosed")
+    with pytest.raises(ConfigError, match=r"^`config` must be valid YAML"):
+        load(str(path))
+    with pytest.raises(ConfigError, match=r"^`config` must be an existing YAML file"):
+        load(str(tmp_path / "missing.yaml"))
+
+
+def test_every_bundled_config_is_valid():
+    import glob
+    configs = glob.glob("configs/*.yaml")
+    assert len(configs) >= 6
+    transforms = {load(path).transform for path in configs}
+    assert transforms == {"count", "sum", "count_distinct", "degree_count", "triangle_count",
+                          "release"}
