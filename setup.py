@@ -19,6 +19,7 @@ setuptools.setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4", "wheel"],
+        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4", "wheel", "matplotlib>=3.5"],
+        "report": ["matplotlib>=3.5"],
     },
 )
