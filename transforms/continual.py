@@ -206,23 +206,41 @@ def _sorted_payloads(items):
                                              key=lambda tp: (tp[0], canonical(tp[1])))]
 
 
-def _truncate_unit(problem: Problem, horizon: int, unit, items):
-    """Bounded path: a unit's whole history at once (after GroupByKey)."""
-    by_step: Dict[int, list] = {}
-    for step, ts, payload in items:
-        by_step.setdefault(step, []).append((ts, payload))
-    state = problem.init_state()
-    steps = range(horizon) if problem.every_step else sorted(by_step)
+def _advance_unit(problem: Problem, unit, state, by_step: Dict[int, list], steps):
+    """Run one unit's machine over `steps` -> (state, [((key, step), value)], halt or None).
+
+    halt is (step, violation message) at the first bound violation (TriangleCount)."""
+    outputs = []
     for step in steps:
         state, contributions, violation = run_unit(problem, unit, state, step,
                                                    _sorted_payloads(by_step.get(step, ())))
         if violation is not None:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(unit),
-                                                         "reason": violation})
-            yield (problem.key, step), HALT_VALUE
-            return
-        for key, value in contributions:
-            yield (key, step), value
+            return state, outputs, (step, violation)
+        outputs.extend(((key, step), value) for key, value in contributions)
+    return state, outputs, None
+
+
+def _by_step(items) -> Dict[int, list]:
+    grouped: Dict[int, list] = {}
+    for step, ts, payload in items:
+        grouped.setdefault(step, []).append((ts, payload))
+    return grouped
+
+
+def _halt_outputs(problem: Problem, unit, halt):
+    step, violation = halt
+    return [beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(unit), "reason": violation}),
+            ((problem.key, step), HALT_VALUE)]
+
+
+def _truncate_unit(problem: Problem, horizon: int, unit, items):
+    """Bounded path: a unit's whole history at once (after GroupByKey)."""
+    by_step = _by_step(items)
+    steps = range(horizon) if problem.every_step else sorted(by_step)
+    _, outputs, halt = _advance_unit(problem, unit, problem.init_state(), by_step, steps)
+    yield from outputs
+    if halt is not None:
+        yield from _halt_outputs(problem, unit, halt)
 
 
 @beam.typehints.with_output_types(Tuple[Any, Any])
@@ -262,24 +280,19 @@ class _TruncateStreaming(beam.DoFn):
         state = unit_state.read()
         state = self.problem.init_state() if state is None else state
         done = next_step.read() or 0
-        by_step: Dict[int, list] = {}
-        for step, ts, payload in ready:
-            by_step.setdefault(step, []).append((ts, payload))
+        by_step = _by_step(ready)
         last = max(by_step) if by_step else done - 1
         steps = range(done, last + 1) if self.problem.every_step else sorted(by_step)
-        for step in steps:
-            state, contributions, violation = run_unit(self.problem, key, state, step,
-                                                       _sorted_payloads(by_step.get(step, ())))
-            if violation is not None:
-                yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(key),
-                                                             "reason": violation})
-                yield TimestampedValue(((self.problem.key, step), HALT_VALUE),
-                                       self.steps.end(step) - MICRO)
-                buffer.clear()
-                next_step.write(self.steps.horizon)
-                return
-            for out_key, value in contributions:
-                yield TimestampedValue(((out_key, step), value), self.steps.end(step) - MICRO)
+        state, outputs, halt = _advance_unit(self.problem, key, state, by_step, steps)
+        for (out_key, step), value in outputs:
+            yield TimestampedValue(((out_key, step), value), self.steps.end(step) - MICRO)
+        if halt is not None:
+            dead, marker = _halt_outputs(self.problem, key, halt)
+            yield dead
+            yield TimestampedValue(marker, self.steps.end(halt[0]) - MICRO)
+            buffer.clear()
+            next_step.write(self.steps.horizon)
+            return
         unit_state.write(state)
         next_step.write(last + 1)
         buffer.clear()

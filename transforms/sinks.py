@@ -79,52 +79,55 @@ class _CsvPerBundle(_PerBundleWriter):
         return ("\n".join([",".join(COLUMNS)] + [_csv_line(r) for r in rows]) + "\n").encode()
 
 
-class WriteRecordsToParquet(beam.PTransform):
+class _WriteRecords(beam.PTransform):
+    """Bounded input: `bounded_sink(prefix)`; unbounded: one file per bundle."""
+
+    suffix = ""
+    per_bundle = _PerBundleWriter
+
+    def __init__(self, prefix: str, num_shards: int = 0):
+        super().__init__()
+        self.prefix = prefix
+        self.num_shards = num_shards
+
+    def bounded(self, records):
+        raise NotImplementedError
+
+    def expand(self, records):
+        if records.is_bounded:
+            return self.bounded(records)
+        return records | "WritePerBundle" >> beam.ParDo(self.per_bundle(self.prefix,
+                                                                        self.suffix))
+
+
+class WriteRecordsToParquet(_WriteRecords):
     """Write released records to `prefix`*.parquet with RECORD_SCHEMA."""
 
-    def __init__(self, prefix: str, num_shards: int = 0):
-        super().__init__()
-        self.prefix = prefix
-        self.num_shards = num_shards
+    suffix, per_bundle = ".parquet", _ParquetPerBundle
 
-    def expand(self, records):
-        if records.is_bounded:
-            return records | "WriteParquet" >> beam.io.WriteToParquet(
-                self.prefix, RECORD_SCHEMA, file_name_suffix=".parquet",
-                num_shards=self.num_shards)
-        return records | "WriteParquetPerBundle" >> beam.ParDo(
-            _ParquetPerBundle(self.prefix, ".parquet"))
+    def bounded(self, records):
+        return records | "WriteParquet" >> beam.io.WriteToParquet(
+            self.prefix, RECORD_SCHEMA, file_name_suffix=self.suffix, num_shards=self.num_shards)
 
 
-class WriteRecordsToJsonLines(beam.PTransform):
+class WriteRecordsToJsonLines(_WriteRecords):
     """Write records (or dead letters) as JSON lines to `prefix`*.jsonl."""
 
-    def __init__(self, prefix: str, num_shards: int = 0):
-        super().__init__()
-        self.prefix = prefix
-        self.num_shards = num_shards
+    suffix, per_bundle = ".jsonl", _JsonPerBundle
 
-    def expand(self, records):
-        if records.is_bounded:
-            return (records | "ToJson" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
-                    | "WriteJsonLines" >> beam.io.WriteToText(
-                        self.prefix, file_name_suffix=".jsonl", num_shards=self.num_shards))
-        return records | "WriteJsonPerBundle" >> beam.ParDo(
-            _JsonPerBundle(self.prefix, ".jsonl"))
+    def bounded(self, records):
+        return (records | "ToJson" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
+                | "WriteJsonLines" >> beam.io.WriteToText(
+                    self.prefix, file_name_suffix=self.suffix, num_shards=self.num_shards))
 
 
-class WriteRecordsToCsv(beam.PTransform):
+class WriteRecordsToCsv(_WriteRecords):
     """Write records to `prefix`*.csv with a header row (RECORD_SCHEMA's column order)."""
 
-    def __init__(self, prefix: str, num_shards: int = 0):
-        super().__init__()
-        self.prefix = prefix
-        self.num_shards = num_shards
+    suffix, per_bundle = ".csv", _CsvPerBundle
 
-    def expand(self, records):
-        if records.is_bounded:
-            return (records | "ToCsv" >> beam.Map(_csv_line)
-                    | "WriteCsv" >> beam.io.WriteToText(
-                        self.prefix, file_name_suffix=".csv", header=",".join(COLUMNS),
-                        num_shards=self.num_shards))
-        return records | "WriteCsvPerBundle" >> beam.ParDo(_CsvPerBundle(self.prefix, ".csv"))
+    def bounded(self, records):
+        return (records | "ToCsv" >> beam.Map(_csv_line)
+                | "WriteCsv" >> beam.io.WriteToText(
+                    self.prefix, file_name_suffix=self.suffix, header=",".join(COLUMNS),
+                    num_shards=self.num_shards))

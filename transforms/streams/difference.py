@@ -39,24 +39,58 @@ class DifferenceStreams:
         return np.cumsum(self.stream(key))
 
 
-def _grouped_updates(records, horizon, edge, dead):
-    """unit -> step -> [(op, key)], in input order within a step."""
+def _group(records, parse, dead) -> Dict[Hashable, Dict[int, List]]:
+    """unit -> step -> [payload] (input order within a step); bad records -> `dead`.
+
+    parse(record) -> ((unit, step, payload), None) or (None, DeadLetter)."""
     grouped: Dict[Hashable, Dict[int, List]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
     for record in records:
-        parsed, letter = validate_update(record, horizon, edge=edge)
+        parsed, letter = parse(record)
         if letter is not None:
             dead.append(letter)
             continue
-        step, op, entity, key = parsed
-        grouped[entity][step].append((op, key))
+        unit, step, payload = parsed
+        grouped[unit][step].append(payload)
     return grouped
+
+
+def _grouped_updates(records, horizon, edge, dead):
+    """entity -> step -> [(op, key)]."""
+    def parse(record):
+        parsed, letter = validate_update(record, horizon, edge=edge)
+        if letter is not None:
+            return None, letter
+        step, op, entity, key = parsed
+        return (entity, step, (op, key)), None
+    return _group(records, parse, dead)
 
 
 def _admit_keys(admitted: List, keys_this_step: Iterable, cap: int) -> None:
     for key in sorted(set(keys_this_step) - set(admitted), key=canonical):
         if len(admitted) < cap:
             admitted.append(key)
+
+
+def _run_keyed_units(grouped, machine, max_keys_per_unit, dropped, emit) -> None:
+    """For each unit: admit keys (cap), run its machine per key and step, emit changes."""
+    for unit, steps in grouped.items():
+        admitted: List = []
+        states: Dict[Hashable, Any] = {}
+        for step in sorted(steps):
+            _admit_keys(admitted, (key for _, key in steps[step]), max_keys_per_unit)
+            by_key: Dict[Hashable, List[str]] = collections.defaultdict(list)
+            for op, key in steps[step]:
+                if key in admitted:
+                    by_key[key].append(op)
+                else:
+                    dropped["key cap"] += 1
+            for key, ops in by_key.items():
+                change, states[key], lost = machine.step(states.get(key, machine.init_state()),
+                                                         ops)
+                dropped["contribution bound"] += lost
+                if change:
+                    emit(unit, key, step, change)
 
 
 def entity_difference_streams(records: Iterable[Any], horizon: int,
@@ -68,24 +102,12 @@ def entity_difference_streams(records: Iterable[Any], horizon: int,
     dead: List[DeadLetter] = []
     dropped = collections.Counter()
     streams: Dict[Hashable, np.ndarray] = {}
-    for entity, steps in _grouped_updates(records, horizon, False, dead).items():
-        admitted: List = []
-        states: Dict[Hashable, Any] = {}
-        for step in sorted(steps):
-            updates = steps[step]
-            _admit_keys(admitted, (key for _, key in updates), max_keys_per_unit)
-            by_key: Dict[Hashable, List[str]] = collections.defaultdict(list)
-            for op, key in updates:
-                if key in admitted:
-                    by_key[key].append(op)
-                else:
-                    dropped["key cap"] += 1
-            for key, ops in by_key.items():
-                state = states.get(key, cardinality.init_state())
-                change, states[key], lost = cardinality.step(state, ops)
-                dropped["contribution bound"] += lost
-                if change:
-                    streams.setdefault(key, np.zeros(horizon, dtype=np.int64))[step] += change
+
+    def emit(entity, key, step, change):
+        streams.setdefault(key, np.zeros(horizon, dtype=np.int64))[step] += change
+
+    _run_keyed_units(_grouped_updates(records, horizon, False, dead), cardinality,
+                     max_keys_per_unit, dropped, emit)
     declaration = Declaration(cardinality.interval_bound, cardinality.max_contributions,
                               max_keys_per_unit, unit)
     return DifferenceStreams(horizon, streams, declaration, dead, dict(dropped))
@@ -104,15 +126,15 @@ def count_streams(records, horizon, bounds: ContributionBounds) -> DifferenceStr
     horizon = check.integer_at_least("horizon", horizon, 1)
     with_value = bounds.max_value is not None
     dead: List[DeadLetter] = []
-    by_unit: Dict[Hashable, Dict[int, List]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
-    for record in records:
+
+    def parse(record):
         parsed, letter = validate_event(record, horizon, with_value=with_value)
         if letter is not None:
-            dead.append(letter)
-            continue
+            return None, letter
         step, unit, key, value = parsed
-        by_unit[unit][step].append((key, value))
+        return (unit, step, (key, value)), None
+
+    by_unit = _group(records, parse, dead)
     dtype = np.float64 if with_value else np.int64
     streams: Dict[Hashable, np.ndarray] = {}
     dropped = collections.Counter()
@@ -140,25 +162,14 @@ def degree_streams(records, horizon, max_updates, max_keys_per_unit=1,
     dead: List[DeadLetter] = []
     dropped = collections.Counter()
     streams: Dict[Hashable, np.ndarray] = {}
-    for edge, steps in _grouped_updates(records, horizon, True, dead).items():
-        admitted: List = []
-        states: Dict[Hashable, Any] = {}
-        for step in sorted(steps):
-            _admit_keys(admitted, (key for _, key in steps[step]), max_keys_per_unit)
-            by_key: Dict[Hashable, List[str]] = collections.defaultdict(list)
-            for op, key in steps[step]:
-                if key in admitted:
-                    by_key[key].append(op)
-                else:
-                    dropped["key cap"] += 1
-            for key, ops in by_key.items():
-                change, states[key], lost = machine.step(states.get(key, machine.init_state()),
-                                                         ops)
-                dropped["contribution bound"] += lost
-                if change:
-                    for node in edge:
-                        streams.setdefault(_node_key(key, node),
-                                           np.zeros(horizon, dtype=np.int64))[step] += change
+
+    def emit(edge, key, step, change):
+        for node in edge:
+            streams.setdefault(_node_key(key, node),
+                               np.zeros(horizon, dtype=np.int64))[step] += change
+
+    _run_keyed_units(_grouped_updates(records, horizon, True, dead), machine, max_keys_per_unit,
+                     dropped, emit)
     declaration = Declaration(1, max_updates, 2 * max_keys_per_unit, "edge")
     return DifferenceStreams(horizon, streams, declaration, dead, dict(dropped))
 
@@ -172,15 +183,15 @@ def triangle_streams(records, horizon, max_degree, max_contribution, semantics="
     """
     horizon = check.integer_at_least("horizon", horizon, 1)
     dead: List[DeadLetter] = []
-    by_key: Dict[Hashable, Dict[int, List]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
-    for record in records:
+
+    def parse(record):
         parsed, letter = validate_update(record, horizon, edge=True)
         if letter is not None:
-            dead.append(letter)
-            continue
+            return None, letter
         step, op, edge, key = parsed
-        by_key[key][step].append((op, edge))
+        return (key, step, (op, edge)), None
+
+    by_key = _group(records, parse, dead)
     streams: Dict[Hashable, np.ndarray] = {}
     valid_steps, violation = horizon, None
     for key in sorted(by_key, key=canonical):
