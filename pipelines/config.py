@@ -209,9 +209,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("confidence", "a number in (0, 1)", confidence)
 
     secret = _section(raw.get("secret") or {"env": "DP_CONTINUAL_SECRET"}, "secret",
-                      ("env", "path", "seed"))
+                      ("env", "path", "seed", "stored"))
     if len(secret) != 1:
-        fail("secret", "exactly one of env, path or seed", secret)
+        fail("secret", "exactly one of env, path, seed or stored", secret)
+    if "stored" in secret and secret["stored"] is not True:
+        fail("secret.stored", "true (a secret kept in the state directory, mode 0600)",
+             secret["stored"])
     if "seed" in secret and (isinstance(secret["seed"], bool)
                              or not isinstance(secret["seed"], int) or secret["seed"] < 0):
         fail("secret.seed", "an integer >= 0", secret["seed"])

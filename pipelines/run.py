@@ -33,8 +33,12 @@ TRANSFORMS = {"count": ContinualCount, "sum": ContinualSum,
 DEAD = "dead_letter"
 
 
-def build_transform(job: job_config.JobConfig):
-    secret = SecretRef(**job.secret)
+def build_transform(job: job_config.JobConfig, secret: SecretRef = None):
+    if secret is None:
+        if "stored" in job.secret:
+            job_config.fail("secret.stored", "used with a state directory "
+                                             "(python3 -m pipelines.schedule)", True)
+        secret = SecretRef(**job.secret)
     kwargs = dict(steps=TimeSteps(job.origin, job.step_seconds, job.horizon),
                   mechanism=job.mechanism, mechanism_params=job.mechanism_params or None,
                   confidence=job.confidence, secret=secret, **job.privacy, **job.bounds)

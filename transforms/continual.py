@@ -76,6 +76,27 @@ class ReleaseConfig:
                     interval_bound=self.interval_bound, noise_source=source, **dict(self.params))
 
 
+def release_parts(config: ReleaseConfig):
+    """(mechanism, per-step std, CI half-widths, record template) for a release config."""
+    mechanism = config.build()
+    template = {
+        "confidence": config.confidence, "mechanism": config.mechanism,
+        "mechanism_params": json.dumps(dict(config.params), sort_keys=True),
+        "epsilon": dict(config.total_privacy).get("epsilon"),
+        "delta": dict(config.total_privacy).get("delta"),
+        "rho": dict(config.total_privacy).get("rho")}
+    return (mechanism, mechanism.noise_std(),
+            mechanism.confidence_half_width(config.confidence), template)
+
+
+def make_record(config: ReleaseConfig, template, std, half, key, step, value) -> dict:
+    steps = config.steps
+    width, deviation = float(half[step]), float(std[step])
+    return {"key": key_text(key), "step": step, "window_start": steps.iso(steps.start(step)),
+            "window_end": steps.iso(steps.end(step)), "value": value, "stddev": deviation,
+            "ci_low": value - width, "ci_high": value + width, **template}
+
+
 class _ReleaseFn(beam.DoFn):
     """Per public key: collects (step, difference) and releases noisy running totals."""
 
@@ -90,15 +111,7 @@ class _ReleaseFn(beam.DoFn):
         self.late = Metrics.counter("continual_release", "late_contributions")
 
     def setup(self):
-        self.mechanism = self.config.build()
-        self.std = self.mechanism.noise_std()
-        self.half = self.mechanism.confidence_half_width(self.config.confidence)
-        self.template = {
-            "confidence": self.config.confidence, "mechanism": self.config.mechanism,
-            "mechanism_params": json.dumps(dict(self.config.params), sort_keys=True),
-            "epsilon": dict(self.config.total_privacy).get("epsilon"),
-            "delta": dict(self.config.total_privacy).get("delta"),
-            "rho": dict(self.config.total_privacy).get("rho")}
+        self.mechanism, self.std, self.half, self.template = release_parts(self.config)
 
     def _release_time(self, step):
         steps = self.config.steps
@@ -164,12 +177,7 @@ class _ReleaseFn(beam.DoFn):
             yield TimestampedValue(self._record(key, step, float(value)), end - MICRO)
 
     def _record(self, key, step, value):
-        steps = self.config.steps
-        half, std = float(self.half[step]), float(self.std[step])
-        return {"key": key_text(key), "step": step,
-                "window_start": steps.iso(steps.start(step)),
-                "window_end": steps.iso(steps.end(step)), "value": value, "stddev": std,
-                "ci_low": value - half, "ci_high": value + half, **self.template}
+        return make_record(self.config, self.template, self.std, self.half, key, step, value)
 
 
 @beam.typehints.with_output_types(Tuple[Any, Any])
