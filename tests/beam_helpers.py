@@ -7,7 +7,7 @@ import tempfile
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.transforms.window import TimestampedValue
 
 
@@ -44,7 +44,7 @@ def run(transform, events, mode="batch", steps=None, extra_args=()):
         options = PipelineOptions(["--runner=FnApiRunner", *extra_args])
     with beam.Pipeline(options=options) as pipeline:
         if mode == "streaming":
-            stream = TestStream()
+            stream = BeamTestStream()
             by_step = {}
             for element, ts in events:
                 by_step.setdefault(steps.step_of(ts), []).append(TimestampedValue(element, ts))

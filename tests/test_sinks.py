@@ -9,7 +9,7 @@ import os
 import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from transforms import (ContinualCount, SecretRef, TimeSteps, WriteRecordsToCsv,
@@ -53,7 +53,7 @@ def test_batch_parquet_jsonl_csv_round_trip(tmp_path):
 def test_streaming_parquet_keeps_every_row(tmp_path):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
-    stream = TestStream().add_elements([TimestampedValue(*e) for e in events()])
+    stream = BeamTestStream().add_elements([TimestampedValue(*e) for e in events()])
     for step in range(STEPS.horizon + 2):
         stream = stream.advance_watermark_to(STEPS.end(step))
     stream = stream.advance_watermark_to_infinity()
