@@ -47,7 +47,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import config as job_config
 from pipelines import run as job_run
 from transforms.continual import (DEAD_LETTER, HALT_VALUE, _advance_unit, _Aggregate,
-                                  _AssignStep, _by_step, key_text, make_record, release_parts)
+                                  _AssignStep, _by_step, key_text, make_record, noise_stream,
+                                  release_parts)
 from transforms.mechanisms import CounterState
 from transforms.secret import SecretRef
 from transforms.sinks import WriteRecordsToJsonLines
@@ -156,7 +157,7 @@ class _ReleaseKeys(beam.DoFn):
                 halted = step if halted is None else min(halted, step)
             else:
                 x[step - self.released] = value
-        outputs, counter = self.mechanism.for_stream(key_text(key)).advance(counter, x)
+        outputs, counter = self.mechanism.for_stream(noise_stream(key)).advance(counter, x)
         for offset, value in enumerate(outputs):
             step = self.released + offset
             if halted is not None and step >= halted:

@@ -213,6 +213,16 @@ def test_construction_errors(kwargs, message):
         ContinualCount(**base)
 
 
+def test_keys_that_print_alike_are_refused_and_never_share_noise():
+    """5 and "5" would be indistinguishable in records; shared noise would also reveal the
+    exact difference of their true values. Construction fails closed; noise streams differ."""
+    from transforms.continual import noise_stream
+    with pytest.raises(ValueError, match=r"^`public_keys` must be distinct when written as "
+                                         r"text"):
+        ContinualCount(steps=STEPS, public_keys=[5, "5"], rho=1.0, zero_noise_for_tests=True)
+    assert noise_stream(5) != noise_stream("5")
+
+
 def test_display_data_shows_privacy_and_mechanism():
     data = noisy_count().display_data()
     assert data["epsilon"] == 1.0 and data["mechanism"] == "kary_subtraction"

@@ -51,7 +51,14 @@ MICRO = 1e-6
 
 
 def key_text(key) -> str:
+    """The key as written in records (str keys as they are, others by repr)."""
     return key if isinstance(key, str) else repr(key)
+
+
+def noise_stream(key) -> str:
+    """The noise stream of a public key: type-tagged, so 5 and "5" never share noise (shared
+    noise would reveal the exact difference of their true values)."""
+    return f"{type(key).__name__}:{key!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +159,7 @@ class _ReleaseFn(beam.DoFn):
                 timer=beam.DoFn.TimerParam(RELEASE)):
         values = pending.read() or {}
         stop = halted.read()
-        mechanism = self.mechanism.for_stream(key_text(key))
+        mechanism = self.mechanism.for_stream(noise_stream(key))
         state = CounterState.from_bytes(counter.read() or CounterState().to_bytes())
         if self.bounded:
             x = np.zeros(self.config.steps.horizon)
@@ -374,6 +381,11 @@ class _ContinualBase(beam.PTransform):
             check.fail("public_keys", "a non-empty list of str, int or tuple keys", public_keys)
         if len(set(keys)) != len(keys):
             check.fail("public_keys", "free of duplicates", public_keys)
+        texts = [key_text(k) for k in keys]
+        if len(set(texts)) != len(texts):
+            clash = sorted({t for t in texts if texts.count(t) > 1})
+            check.fail("public_keys", "distinct when written as text (records carry the key "
+                                      "as text)", clash)
         self.public_keys = keys
         self.budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
         check.one_of("mechanism", mechanism, ("auto",) + NAMES)
