@@ -409,10 +409,10 @@ class _ContinualBase(beam.PTransform):
         raise NotImplementedError
 
     def _key_privacy(self) -> dict:
-        share = self.problem.declaration.keys_per_unit
+        """Each key's budget: the total split over the keys one unit can touch."""
         if self.budget.noise == "laplace":
-            return {"epsilon": self.budget.epsilon / share}
-        return {"rho": self.budget.rho / share}
+            return self.problem.declaration.budget_share(epsilon=self.budget.epsilon)
+        return self.problem.declaration.budget_share(rho=self.budget.rho)
 
     def _release_config(self) -> ReleaseConfig:
         declaration = self.problem.declaration

@@ -74,3 +74,20 @@ def test_composition_and_split_are_explicit():
         compose([PureDp(1.0), Zcdp(1.0)])
     with pytest.raises(ValueError, match=r"^`l2_sensitivity` must be <= l1_sensitivity; got 2\.0\.$"):
         LaplaceRelease(1.0, 2.0, 1.0)
+
+
+def test_mechanisms_report_their_privacy_events():
+    gauss = make("binary_tree", 100, rho=0.3, seed=0)
+    assert gauss.privacy_events() == [Zcdp(0.3)]
+    laplace = make("kary_subtraction", 1000, epsilon=1.0, k=19, seed=0, max_contributions=4)
+    pure, release = laplace.privacy_events()
+    assert pure == PureDp(1.0) and release.pure.epsilon == pytest.approx(1.0)
+    assert release.l2_sensitivity <= release.l1_sensitivity == laplace.sensitivity
+    assert release.epsilon_at(1e-6) <= 1.0  # never worse than pure DP
+    # Thm 1.3 pays off when l1 / l2 > sqrt(2 ln(1/delta)): input perturbation with k = 100
+    # has l1 = 100, l2 = 10, so the same noise is also (0.53, 1e-6)-DP.
+    wide = make("input_perturbation", 500, epsilon=1.0, seed=0, max_contributions=100)
+    _, release = wide.privacy_events()
+    assert (release.l1_sensitivity, release.l2_sensitivity) == (100.0, 10.0)
+    expected = 0.1 * (0.1 / 2 + math.sqrt(2 * math.log(1e6)))
+    assert release.epsilon_at(1e-6) == pytest.approx(expected) and expected < 0.54

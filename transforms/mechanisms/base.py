@@ -207,6 +207,17 @@ class ContinualMechanism(abc.ABC):
         half = self.confidence_half_width(level, simultaneous)[:released.shape[0]]
         return released - half, released + half
 
+    def privacy_events(self):
+        """What one release of this mechanism spends, as accounting records: Zcdp(rho) for
+        Gaussian noise; for Laplace noise PureDp(epsilon) and the LaplaceRelease whose
+        (epsilon, delta) also uses the l2 sensitivity (seed 001 Thm 1.3)."""
+        from .accounting import LaplaceRelease, PureDp, Zcdp
+        if self.distribution == GAUSSIAN:
+            return [Zcdp(self.budget.rho)]
+        l2 = sensitivity_seam.sensitivity(self, 2, self.max_contributions, self.interval_bound)
+        return [PureDp(self.budget.epsilon),
+                LaplaceRelease(self.sensitivity, min(l2, self.sensitivity), self.node_scale)]
+
     def describe(self) -> dict:
         """Everything a user needs to see before spending budget (also Beam display data)."""
         return {"mechanism": self.name, "params": self.params(), "horizon": self.horizon,
