@@ -238,3 +238,45 @@ def test_time_steps():
         None, 0, 0, 1, 2, None]
     with pytest.raises(ValueError, match=r"^`step_size` must be a positive finite number"):
         TimeSteps(ORIGIN, 0, 3)
+
+
+def _edge_events(rng, n=40):
+    events = []
+    for _ in range(n):
+        a, b = rng.choice(5, 2, replace=False)
+        events.append(((["+", "-"][int(rng.random() < 0.3)], (int(a), int(b))),
+                       timestamp(rng, int(rng.integers(0, 6)))))
+    return events
+
+
+@pytest.mark.parametrize("name", ["sum", "count_distinct", "degree_count", "triangle_count",
+                                  "release"])
+def test_every_transform_gives_the_same_records_in_batch_and_streaming(name):
+    rng = np.random.default_rng(11)
+    secret = SecretRef(literal=b"same")
+    if name == "sum":
+        transform = lambda: ContinualSum(steps=STEPS, public_keys=["k"], rho=1.0,  # noqa: E731
+                                         max_value=2.0, max_contributions=4, secret=secret)
+        events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(0, 3))),
+                   timestamp(rng, int(rng.integers(0, 6)))) for _ in range(40)]
+    elif name == "count_distinct":
+        transform = lambda: ContinualCountDistinct(  # noqa: E731
+            steps=STEPS, public_keys=["a", "b"], rho=1.0, max_flips=2, secret=secret)
+        events = [((["+", "-"][int(rng.random() < 0.4)], f"i{rng.integers(6)}",
+                    ["a", "b"][rng.integers(2)]), timestamp(rng, int(rng.integers(0, 6))))
+                  for _ in range(50)]
+    elif name == "degree_count":
+        transform = lambda: ContinualDegreeCount(  # noqa: E731
+            steps=STEPS, public_keys=list(range(5)), rho=1.0, max_updates=3, secret=secret)
+        events = _edge_events(rng)
+    elif name == "triangle_count":
+        transform = lambda: ContinualTriangleCount(  # noqa: E731
+            steps=STEPS, rho=1.0, max_degree=5, max_contribution=100, secret=secret)
+        events = _edge_events(rng)
+    else:
+        transform = lambda: ContinualRelease(steps=STEPS, public_keys=["k"],  # noqa: E731
+                                             epsilon=1.0, secret=secret)
+        events = [(("k", float(rng.integers(-1, 2))), timestamp(rng, s)) for s in range(6)]
+    batch, _ = run(transform(), events)
+    streaming, _ = run(transform(), events, mode="streaming", steps=STEPS)
+    assert batch and batch == streaming

@@ -265,6 +265,7 @@ class _TruncateStreaming(beam.DoFn):
     BUFFER = BagStateSpec("buffer", PickleCoder())
     UNIT = ReadModifyWriteStateSpec("unit", PickleCoder())
     NEXT = ReadModifyWriteStateSpec("next", PickleCoder())
+    EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # earliest buffered step
     STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
 
     def __init__(self, problem: Problem, steps: TimeSteps):
@@ -272,7 +273,8 @@ class _TruncateStreaming(beam.DoFn):
         self.steps = steps
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
-                next_step=beam.DoFn.StateParam(NEXT), timer=beam.DoFn.TimerParam(STEP_END)):
+                next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
+                timer=beam.DoFn.TimerParam(STEP_END)):
         unit, (step, ts, payload) = element
         done = next_step.read() or 0
         if step < done:
@@ -281,13 +283,16 @@ class _TruncateStreaming(beam.DoFn):
                 "reason": f"late: step {step} of this unit was already processed"})
             return
         buffer.add((step, ts, payload))
-        earliest = min([step] + [s for s, _, _ in buffer.read()])
-        timer.set(Timestamp(micros=int(round(self.steps.end(earliest) * 1e6))))
+        current = earliest.read()
+        if current is None or step < current:
+            earliest.write(step)
+            timer.set(Timestamp(micros=int(round(self.steps.end(step) * 1e6))))
 
     @on_timer(STEP_END)
     def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
               buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
-              next_step=beam.DoFn.StateParam(NEXT), timer=beam.DoFn.TimerParam(STEP_END)):
+              next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
+              timer=beam.DoFn.TimerParam(STEP_END)):
         items = list(buffer.read())
         fired = float(fire.micros) / 1e6
         ready = [it for it in items if self.steps.end(it[0]) <= fired + MICRO]
@@ -306,16 +311,19 @@ class _TruncateStreaming(beam.DoFn):
             yield dead
             yield TimestampedValue(marker, self.steps.end(halt[0]) - MICRO)
             buffer.clear()
+            earliest.clear()
             next_step.write(self.steps.horizon)
             return
         unit_state.write(state)
         next_step.write(last + 1)
         buffer.clear()
+        earliest.clear()
         for item in later:
             buffer.add(item)
         if later:
-            earliest = min(s for s, _, _ in later)
-            timer.set(Timestamp(micros=int(round(self.steps.end(earliest) * 1e6))))
+            first = min(s for s, _, _ in later)
+            earliest.write(first)
+            timer.set(Timestamp(micros=int(round(self.steps.end(first) * 1e6))))
 
 
 def add_exact(partials: List[float], value: float) -> List[float]:
