@@ -114,7 +114,8 @@ def main():
             continue
         print(f"{name:<20}{times[name]:8.1f} s", flush=True)
     if "pipeline_dp" in times:
-        print(f"continual_count / pipeline_dp Count: {times['continual_count'] / times['pipeline_dp']:.2f}x"
+        ratio = times["continual_count"] / times["pipeline_dp"]
+        print(f"continual_count / pipeline_dp Count: {ratio:.2f}x"
               f" (we release {args.steps} steps x {args.keys} keys; PipelineDP releases once)")
     print(f"continual_count / non-private floor: {times['continual_count'] / times['floor']:.2f}x")
     print(f"continual_distinct / non-private distinct: "

@@ -10,7 +10,7 @@ import datetime
 import math
 import numbers
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import yaml
 

@@ -36,7 +36,7 @@ import stat
 import sys
 import time
 import uuid
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import apache_beam as beam
 import numpy as np

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from tests.beam_helpers import run

@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import os
 
 import apache_beam as beam
 import pyarrow.parquet as pq

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Hashable, List, Optional, Tuple
 
 from transforms.streams import (BoundViolation, ContributionBounds, EdgeDegreeContribution,
-                                EntityCardinality, TriangleCounter, UnitState, count_distinct)
+                                EntityCardinality, TriangleCounter, UnitState)
 from transforms.streams.count import canonical
 from transforms.streams.records import Declaration, canonical_edge
 

@@ -2,7 +2,8 @@
 
     python3 -m pipelines.demo_data.generate
 
-- active_users.jsonl: page views {"ts", "user", "region", "seconds"} over 48 hours, 2,000 users, 6 regions;
+- active_users.jsonl: page views {"ts", "user", "region", "seconds"} over 48 hours,
+  2,000 users, 6 regions;
 - carts.jsonl: cart updates {"ts", "op", "item", "store"} (items added and removed);
 - graph.jsonl: friendship edge updates {"ts", "op", "a", "b"} on 60 people;
 - signups.jsonl: already-differenced {"ts", "region", "delta"} for ContinualRelease.

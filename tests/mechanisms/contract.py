@@ -118,7 +118,8 @@ class MechanismContract:
     def test_stepping_past_the_horizon_fails_closed(self):
         mechanism = self.make(3, seed=0)
         state = mechanism.advance(mechanism.init_state(), [1, 1, 1])[1]
-        with pytest.raises(ValueError, match=r"^`steps released` must be <= horizon \(3\); got 4\.$"):
+        with pytest.raises(ValueError,
+                           match=r"^`steps released` must be <= horizon \(3\); got 4\.$"):
             mechanism.step(state, 1)
         with pytest.raises(ValueError, match=r"`values` must be finite numbers"):
             mechanism.release([1.0, float("nan")])

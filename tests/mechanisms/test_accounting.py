@@ -72,7 +72,8 @@ def test_composition_and_split_are_explicit():
     assert pure_to_zcdp(PureDp(1.0)) == Zcdp(0.5)
     with pytest.raises(ValueError, match=r"^`events` must be all PureDp or all Zcdp"):
         compose([PureDp(1.0), Zcdp(1.0)])
-    with pytest.raises(ValueError, match=r"^`l2_sensitivity` must be <= l1_sensitivity; got 2\.0\.$"):
+    with pytest.raises(ValueError,
+                       match=r"^`l2_sensitivity` must be <= l1_sensitivity; got 2\.0\.$"):
         LaplaceRelease(1.0, 2.0, 1.0)
 
 

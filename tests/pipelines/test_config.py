@@ -66,7 +66,8 @@ CASES = [
     (("mechanism",), {"name": "auto", "params": {"k": 3}},
      r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
     (("confidence",), 1.5, r"^`confidence` must be a number in \(0, 1\); got 1\.5\.$"),
-    (("secret",), {"seed": 1, "env": "X"}, r"^`secret` must be exactly one of env, path, seed or stored"),
+    (("secret",), {"seed": 1, "env": "X"},
+     r"^`secret` must be exactly one of env, path, seed or stored"),
     (("secret",), {"password": "x"}, r"^`secret.password` must be a known field"),
     (("output", "formats"), ["xlsx"], r"^`output.formats` must be a non-empty list of "
                                       r"'parquet', 'jsonl', 'csv'"),

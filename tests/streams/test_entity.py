@@ -100,7 +100,8 @@ class NoTruncation(EntityCardinality):
     def step(self, state, ops):
         count = state.count + sum(1 if op == "+" else -1 for op in ops)
         value = int(count > 0)
-        return value - state.value, EntityState(count, value, state.used + abs(value - state.value)), 0
+        change = value - state.value
+        return change, EntityState(count, value, state.used + abs(change)), 0
 
 
 class OffByOne(EntityCardinality):
@@ -109,7 +110,8 @@ class OffByOne(EntityCardinality):
         value = int(count > 0)
         if state.used + abs(value - state.value) > self.max_contributions + 1:
             return 0, state, len(ops)
-        return value - state.value, EntityState(count, value, state.used + abs(value - state.value)), 0
+        change = value - state.value
+        return change, EntityState(count, value, state.used + abs(change)), 0
 
 
 class PerUpdateFlips(EntityCardinality):

@@ -24,7 +24,7 @@ from . import _validation as check
 from . import sensitivity as sensitivity_seam
 from . import tails
 from .noise import NoiseSource, StreamKey, stream_bytes
-from .privacy import GAUSSIAN, LAPLACE, PrivacyBudget
+from .privacy import GAUSSIAN, PrivacyBudget
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,7 +154,8 @@ def prefix_matrix_sensitivity(horizon: int, p: int, k: int, d: int) -> float:
 
 
 def identity_sensitivity(horizon: int, p: int, k: int, d: int) -> float:
-    """R = I: entries in [-D, D], l1 <= k, T entries; (D, -D, D, ...) with a remainder attains it."""
+    """R = I: entries in [-D, D], l1 <= k, T entries; (D, -D, D, ...) plus a remainder attains
+    it."""
     full, rest = divmod(k, d)
     entries = [d] * min(full, horizon)
     if rest and len(entries) < horizon:

@@ -12,8 +12,6 @@ what the square root needs beyond it is the O(T) noise vector, re-derived from t
 """
 from __future__ import annotations
 
-import math
-from typing import Optional
 
 import numpy as np
 

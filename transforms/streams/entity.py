@@ -23,7 +23,7 @@ from typing import Callable, Sequence, Tuple
 
 from transforms.mechanisms import _validation as check
 
-from .records import DELETE, INSERT
+from .records import INSERT
 
 SEMANTICS = ("count", "set")
 

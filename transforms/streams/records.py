@@ -85,7 +85,8 @@ def validate_update(record: Any, horizon: int, *, edge: bool) -> Tuple[Optional[
         if entity is None or entity == "":
             return None, DeadLetter(record, "item id is missing")
         if not isinstance(entity, Hashable):
-            return None, DeadLetter(record, f"item id must be hashable; got {type(entity).__name__}")
+            return None, DeadLetter(record,
+                                    f"item id must be hashable; got {type(entity).__name__}")
     if not isinstance(key, Hashable):
         return None, DeadLetter(record, f"key must be hashable; got {type(key).__name__}")
     return (step, op, entity, key), None
