@@ -129,7 +129,9 @@ class ContinualMechanism(abc.ABC):
         stream_bytes(stream)
         other = copy.copy(self)
         other.stream = stream
-        other._cache = {k: v for k, v in self._cache.items() if k != "stream_noise"}
+        # shares the per-stream noise cache (keyed by stream) and the calibration
+        self._cache.setdefault("stream_noise", {})
+        other._cache = self._cache
         return other
 
     def init_state(self) -> CounterState:

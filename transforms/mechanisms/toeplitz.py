@@ -17,6 +17,7 @@ import numpy as np
 
 from . import sensitivity
 from .base import ContinualMechanism
+from .noise import stream_bytes
 
 
 def sqrt_coefficients(n: int) -> np.ndarray:
@@ -35,7 +36,7 @@ def toeplitz_lower(coefficients: np.ndarray) -> np.ndarray:
 class ToeplitzMechanism(ContinualMechanism):
     """Shared implementation; subclasses give the left and right coefficient vectors."""
 
-    _STREAM_CACHE = 8  # noise vectors kept per mechanism object (per stream)
+    _CACHE_BYTES = 64 << 20  # noise vectors kept, shared by for_stream copies
 
     def left_coefficients(self) -> np.ndarray:
         raise NotImplementedError
@@ -66,12 +67,13 @@ class ToeplitzMechanism(ContinualMechanism):
 
     def _unit_noise(self, start, count):
         vectors = self._cache.setdefault("stream_noise", {})
-        vector = vectors.get(self.stream)
+        key = stream_bytes(self.stream)
+        vector = vectors.get(key)
         if vector is None:
             vector = self._noise_vector()
-            if len(vectors) >= self._STREAM_CACHE:
-                vectors.pop(next(iter(vectors)))
-            vectors[self.stream] = vector
+            while vectors and (len(vectors) + 1) * vector.nbytes > self._CACHE_BYTES:
+                vectors.pop(next(iter(vectors)))  # oldest first
+            vectors[key] = vector
         return vector[start:start + count]
 
     def dense_factors(self, max_horizon: int = 4096):
