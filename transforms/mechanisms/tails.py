@@ -41,9 +41,9 @@ def laplace_sum_upper_tail(n: int, c: float) -> float:
     logs = []
     for i in range(n):
         for m in range(i + 1):
-            logs.append(math.lgamma(i + 1) - math.lgamma(m + 1) - math.lgamma(i - m + 1)
-                        + (i - m) * log_c - math.lgamma(i + 1) + math.lgamma(n + m)
-                        - (n + m) * math.log(2.0))
+            # C(i, m) / i! = 1 / (m! (i - m)!)
+            logs.append(-math.lgamma(m + 1) - math.lgamma(i - m + 1) + (i - m) * log_c
+                        + math.lgamma(n + m) - (n + m) * math.log(2.0))
     top = max(logs)
     log_sum = top + math.log(math.fsum(math.exp(v - top) for v in logs))
     return math.exp(-c - math.lgamma(n) + log_sum)

@@ -302,7 +302,14 @@ class TreeMechanism(ContinualMechanism):
 
     # ----- sensitivity -------------------------------------------------------------------------
     def used_nodes(self) -> List[np.ndarray]:
-        """Per level (from 0), a boolean array over node indices: used by some step 1..T."""
+        """Per level (from 0), a boolean array over node indices: used by some step 1..T.
+
+        Cached: calibration, the sensitivity DP and dense_factors all read it."""
+        if "used_nodes" not in self._cache:
+            self._cache["used_nodes"] = self._used_nodes()
+        return self._cache["used_nodes"]
+
+    def _used_nodes(self) -> List[np.ndarray]:
         used = [None] * self.height
         for level, digit, parent, _ in self.level_runs(0, self.horizon):
             start = np.where(digit > 0, parent * self.arity, (parent + 1) * self.arity + digit)
