@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from transforms.mechanisms import ConstantNoiseSource, CounterState, make
+from transforms.mechanisms import discrete
 
 # Two-sided normal quantile for a per-check false-failure rate of about 1e-5.
 Z_CHECK = 4.42
@@ -35,17 +36,23 @@ def variance_check(mechanism, streams: int, steps: int):
 
 
 class MechanismContract:
-    """Subclasses set NAME and PARAMS (passed to make) and may narrow HORIZONS."""
+    """Subclasses set NAME, PARAMS (passed to make) and NOISE, and may narrow HORIZONS."""
 
     NAME: str = ""
     PARAMS: dict = {}
+    NOISE = "discrete"
     HORIZONS = list(range(1, 301)) + [511, 512, 513, 1000, 2187]
     PRIVACY = ({"epsilon": 1.0}, {"rho": 0.5})
     EXACT_FACTORS = True  # L R == A exactly in floating point (integer entries)
 
     def make(self, horizon, privacy=None, **extra):
         privacy = privacy or self.PRIVACY[0]
-        return make(self.NAME, horizon, **privacy, **{**self.PARAMS, **extra})
+        return make(self.NAME, horizon, **privacy, **{"noise": self.NOISE, **self.PARAMS,
+                                                      **extra})
+
+    def input(self, values):
+        """Inputs the noise kind accepts (discrete noise releases integer streams)."""
+        return np.round(values) if self.NOISE == "discrete" else values
 
     # ----- factorization ---------------------------------------------------------------------
     def test_factors_multiply_to_prefix_sum_matrix(self):
@@ -83,7 +90,8 @@ class MechanismContract:
             mechanism = self.make(horizon, noise_source=ConstantNoiseSource(0.75))
             left, _ = mechanism.dense_factors()
             x = rng.integers(-3, 4, horizon).astype(float)
-            expected = np.cumsum(x) + mechanism.node_scale * 0.75 * left.sum(axis=1)
+            scale = 1.0 if self.NOISE == "discrete" else mechanism.node_scale
+            expected = np.cumsum(x) + scale * 0.75 * left.sum(axis=1)
             np.testing.assert_allclose(mechanism.release(x), expected, rtol=1e-12, atol=1e-9)
 
     def test_zero_noise_release_is_the_exact_running_total(self):
@@ -97,7 +105,7 @@ class MechanismContract:
         for privacy in self.PRIVACY:
             for horizon in (1, 2, 100, 1000, 2500):
                 mechanism = self.make(horizon, privacy, seed=11, stream="key-a")
-                x = rng.normal(size=horizon) * 10
+                x = self.input(rng.normal(size=horizon) * 10)
                 state, outs = mechanism.init_state(), []
                 for value in x:
                     out, state = mechanism.step(state, value)
@@ -153,8 +161,45 @@ class MechanismContract:
         z = (ratios.mean() - 1.0) / (ratios.std(ddof=1) / math.sqrt(600))
         assert z > Z_CHECK
 
+    def test_discrete_noise_follows_the_exact_law_and_releases_integers(self):
+        """Chi-square of noise_t against the exact n-fold convolution of the node law, at steps
+        of different node counts (bins with expected count >= 5 pooled; false failure 1e-4
+        each); every released value is an integer."""
+        if self.NOISE != "discrete":
+            pytest.skip("float noise: see the KS test")
+        for privacy in self.PRIVACY:
+            mechanism = self.make(64, privacy, seed=99)
+            samples = np.array([mechanism.for_stream(s).release(np.arange(64) % 3)
+                                for s in range(1200)]) - np.cumsum(np.arange(64) % 3)
+            assert np.array_equal(samples, np.round(samples))
+            terms = mechanism._equal_weight_terms()
+            pmf = mechanism.sampler.pmf(1e-15)
+            for t in sorted({int(np.argmax(terms)), int(np.argmin(terms)), 31}):
+                law = np.array([1.0])
+                for _ in range(int(terms[t])):
+                    law = np.convolve(law, pmf)
+                if terms[t] == 0:
+                    assert np.all(samples[:, t] == 0)
+                    continue
+                center = (law.shape[0] - 1) // 2
+                values = samples[:, t].astype(np.int64) + center
+                assert values.min() >= 0 and values.max() < law.shape[0]
+                observed = np.bincount(values, minlength=law.shape[0])
+                expected = law * samples.shape[0]
+                keep = expected >= 5
+                obs = np.append(observed[keep], observed[~keep].sum())
+                exp = np.append(expected[keep], expected[~keep].sum())
+                if exp[-1] < 5:
+                    obs[-2] += obs[-1]
+                    exp[-2] += exp[-1]
+                    obs, exp = obs[:-1], exp[:-1]
+                exp = exp * obs.sum() / exp.sum()
+                assert stats.chisquare(obs, exp).pvalue > 1e-4, (privacy, t)
+
     def test_gaussian_noise_is_normal_with_the_analytic_std(self):
         """KS test of noise_t / std_t against N(0, 1) at fixed steps (false failure 1e-4 each)."""
+        if self.NOISE == "discrete":
+            pytest.skip("discrete noise: see the exact-law test")
         mechanism = self.make(64, self.PRIVACY[1], seed=99)
         std = mechanism.noise_std()
         samples = np.array([mechanism.for_stream(s).release(np.zeros(64)) for s in range(1500)])
@@ -174,7 +219,17 @@ class MechanismContract:
             coverage = np.mean(np.abs(noise) <= half, axis=0)
             sd = math.sqrt(level * (1 - level) / streams)
             assert np.all(coverage >= level - Z_CHECK * sd), (privacy, coverage.min())
-            if privacy.get("rho") or self.EXACT_LAPLACE_CI:
+            if self.NOISE == "discrete":  # exact integer quantiles: as tight as integers allow
+                terms = mechanism._equal_weight_terms()
+                for t in np.nonzero((terms > 0) & (terms <= 64))[0]:
+                    sampler = mechanism.sampler
+                    c = discrete.equal_weight_quantile(sampler.kind, sampler.parameter,
+                                                       int(terms[t]), 1 - level)
+                    assert half[t] == c
+                    # one unit narrower would under-cover (c is the smallest valid integer)
+                    narrower = np.mean(np.abs(noise[:, t]) <= c - 1)
+                    assert c == 0 or narrower <= level + Z_CHECK * sd, (t, narrower)
+            elif privacy.get("rho") or self.EXACT_LAPLACE_CI:
                 assert np.all(coverage <= level + Z_CHECK * sd), (privacy, coverage.max())
             together = mechanism.confidence_half_width(level, simultaneous=True)
             joint = np.mean(np.all(np.abs(noise) <= together, axis=1))
@@ -196,4 +251,6 @@ class MechanismContract:
     def test_describe_reports_privacy_and_error(self):
         info = self.make(100, {"epsilon": 0.5}, seed=1).describe()
         assert info["mechanism"] == self.NAME and info["epsilon"] == 0.5
-        assert info["noise"] == "laplace" and info["max_se"] >= info["mean_se"] > 0
+        expected = "discrete_laplace" if self.NOISE == "discrete" else "laplace"
+        assert info["noise"] == expected
+        assert info["max_se"] >= info["mean_se"] * (1 - 1e-12) > 0

@@ -80,14 +80,18 @@ def test_composition_and_split_are_explicit():
 def test_mechanisms_report_their_privacy_events():
     gauss = make("binary_tree", 100, rho=0.3, seed=0)
     assert gauss.privacy_events() == [Zcdp(0.3)]
-    laplace = make("kary_subtraction", 1000, epsilon=1.0, k=19, seed=0, max_contributions=4)
+    # Discrete Laplace (the default): pure DP only (Thm 1.3 is proved for continuous noise).
+    assert make("binary_tree", 100, epsilon=0.7, seed=0).privacy_events() == [PureDp(0.7)]
+    laplace = make("kary_subtraction", 1000, epsilon=1.0, k=19, seed=0, max_contributions=4,
+                   noise="float")
     pure, release = laplace.privacy_events()
     assert pure == PureDp(1.0) and release.pure.epsilon == pytest.approx(1.0)
     assert release.l2_sensitivity <= release.l1_sensitivity == laplace.sensitivity
     assert release.epsilon_at(1e-6) <= 1.0  # never worse than pure DP
     # Thm 1.3 pays off when l1 / l2 > sqrt(2 ln(1/delta)): input perturbation with k = 100
     # has l1 = 100, l2 = 10, so the same noise is also (0.53, 1e-6)-DP.
-    wide = make("input_perturbation", 500, epsilon=1.0, seed=0, max_contributions=100)
+    wide = make("input_perturbation", 500, epsilon=1.0, seed=0, max_contributions=100,
+                noise="float")
     _, release = wide.privacy_events()
     assert (release.l1_sensitivity, release.l2_sensitivity) == (100.0, 10.0)
     expected = 0.1 * (0.1 / 2 + math.sqrt(2 * math.log(1e6)))

@@ -43,7 +43,7 @@ class TestSmoothBinaryPruned(MechanismContract):
 
 
 class TestSqrtToeplitz(MechanismContract):
-    NAME = "sqrt_toeplitz"
+    NAME, NOISE = "sqrt_toeplitz", "float"
     EXACT_FACTORS = False
     EXACT_LAPLACE_CI = False  # weighted Laplace sum: conservative Chernoff interval
 
@@ -55,3 +55,32 @@ class TestNaiveComposition(MechanismContract):
 class TestInputPerturbation(MechanismContract):
     NAME = "input_perturbation"
     EXACT_LAPLACE_CI = False  # beyond 64 terms the Laplace interval is the Chernoff bound
+
+
+# Continuous float noise (the opt-in `noise="float"`): the same contract (the factors do not
+# depend on the noise, so fewer horizons).
+class FloatContract(MechanismContract):
+    NOISE = "float"
+    HORIZONS = [1, 2, 7, 100, 513]
+
+
+class TestBinaryTreeFloat(FloatContract):
+    NAME = "binary_tree"
+
+
+class TestKarySubtraction19Float(FloatContract):
+    NAME = "kary_subtraction"
+    PARAMS = {"k": 19}
+
+
+class TestSmoothBinaryFloat(FloatContract):
+    NAME = "smooth_binary"
+
+
+class TestNaiveCompositionFloat(FloatContract):
+    NAME = "naive_composition"
+
+
+class TestInputPerturbationFloat(FloatContract):
+    NAME = "input_perturbation"
+    EXACT_LAPLACE_CI = False

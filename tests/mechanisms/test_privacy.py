@@ -5,9 +5,15 @@ import math
 
 import pytest
 
-from transforms.mechanisms import make
+from transforms.mechanisms import make as make_mechanism
 from transforms.mechanisms.privacy import (PrivacyBudget, epsilon_from_rho,
                                            rho_from_epsilon_delta)
+
+
+def make(*args, **kwargs):
+    """These tests check the papers' continuous-noise formulas: float noise unless asked."""
+    kwargs.setdefault("noise", "float")
+    return make_mechanism(*args, **kwargs)
 
 
 @pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-6), (0.1, 1e-9), (10.0, 1e-3), (3.0, 0.5)])

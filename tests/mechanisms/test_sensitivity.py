@@ -7,10 +7,17 @@ import numpy as np
 import pytest
 
 from tests.mechanisms.brute_force import sensitivity_set
-from transforms.mechanisms import make
+from transforms.mechanisms import make as make_mechanism
 from transforms.mechanisms.sensitivity import (is_monotone_toeplitz, max_plus,
                                                split_over_parts, toeplitz_set_sensitivity)
 from transforms.mechanisms.toeplitz import toeplitz_lower
+
+
+def make(*args, **kwargs):
+    """These tests check the papers' continuous-noise formulas: float noise unless asked."""
+    kwargs.setdefault("noise", "float")
+    return make_mechanism(*args, **kwargs)
+
 
 CASES = [("binary_tree", {}), ("binary_tree", {"sparsify": False}), ("kary_tree", {"k": 3}),
          ("kary_subtraction", {"k": 3}), ("kary_subtraction", {"k": 5}),

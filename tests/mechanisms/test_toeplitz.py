@@ -7,8 +7,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from transforms.mechanisms import make
+from transforms.mechanisms import make as make_mechanism
 from transforms.mechanisms.toeplitz import sqrt_coefficients
+
+
+def make(*args, **kwargs):
+    """These tests check the papers' continuous-noise formulas: float noise unless asked."""
+    kwargs.setdefault("noise", "float")
+    return make_mechanism(*args, **kwargs)
 
 
 def exact_sqrt_coefficients(n):

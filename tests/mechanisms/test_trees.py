@@ -7,8 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from transforms.mechanisms import ConstantNoiseSource, CounterState, make
+from transforms.mechanisms import ConstantNoiseSource, CounterState, make as make_mechanism
 from transforms.mechanisms.trees import EXACT_SENSITIVITY_LIMIT
+
+
+def make(*args, **kwargs):
+    """These tests check the papers' continuous-noise formulas: float noise unless asked."""
+    kwargs.setdefault("noise", "float")
+    return make_mechanism(*args, **kwargs)
+
 
 LAPLACE_1 = {"epsilon": 1.0}
 ZCDP_HALF = {"rho": 0.5}

@@ -34,13 +34,15 @@ DEFAULT_SUBTRACTION_K = {LAPLACE: 19, GAUSSIAN: 5}
 
 def make(name: str, horizon: int, *, epsilon=None, rho=None, delta=None, max_contributions=1,
          interval_bound=1, seed=None, secret=None, noise_source: NoiseSource = None,
-         stream=b"", **params) -> ContinualMechanism:
+         stream=b"", noise="discrete", **params) -> ContinualMechanism:
     """Build the mechanism `name` for `horizon` steps.
 
     Privacy: `epsilon` (pure DP, Laplace), `rho` (zCDP, Gaussian), or `epsilon` and `delta`
     (Gaussian at the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon).
     Noise: `secret` (bytes/str) or an explicit `seed`; neither draws a secret from the OS.
-    `noise_source` replaces both (tests: ConstantNoiseSource).
+    `noise_source` replaces both (tests: ConstantNoiseSource). `noise`: "discrete" (default;
+    integer node noise, integer releases) or "float" (opt-in, not safe against floating-point
+    attacks; the only choice for sqrt_toeplitz today).
     """
     check.one_of("name", name, NAMES)
     budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
@@ -54,7 +56,8 @@ def make(name: str, horizon: int, *, epsilon=None, rho=None, delta=None, max_con
     if name == "kary_subtraction" and "k" not in params:
         params["k"] = DEFAULT_SUBTRACTION_K[budget.noise]
     return MECHANISMS[name](horizon, budget, noise_source, max_contributions=max_contributions,
-                           interval_bound=interval_bound, stream=stream, **params)
+                           interval_bound=interval_bound, stream=stream, noise=noise,
+                           **params)
 
 
 __all__ = ["make", "NAMES", "MECHANISMS", "PARAMS", "ContinualMechanism", "CounterState",

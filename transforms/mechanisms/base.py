@@ -5,6 +5,11 @@ Sec. 5). It releases L (R x + z) = A x + L z with i.i.d. node noise z calibrated
 sensitivity of R. Because L z does not depend on the data, this implementation adds the exact
 running total of x to L z, which it derives from the keyed noise seam. Hence:
 
+- with `noise="discrete"` (the default) z is discrete Laplace / discrete Gaussian integers and
+  R, L are integer matrices for every mechanism that allows it: the release is an integer vector,
+  private in exact arithmetic (no floating-point leak, CKS20); `noise="float"` is the opt-in
+  continuous float64 noise (not safe against floating-point attacks);
+
 - the streaming state is only (steps released, exact running total): 17 bytes for every
   mechanism, trees and square root alike; no noise is stored, none is ever re-drawn;
 - `step` and `release` run the same arithmetic in the same order, so they agree bit for bit.
@@ -22,9 +27,14 @@ import numpy as np
 
 from . import _validation as check
 from . import sensitivity as sensitivity_seam
-from . import tails
+from . import discrete, tails
 from .noise import NoiseSource, StreamKey, stream_bytes
 from .privacy import GAUSSIAN, PrivacyBudget
+
+NOISE_KINDS = ("discrete", "float")
+# Relative margin by which a discrete sampler's parameter is rounded up, so that float rounding
+# in the sensitivity or the budget can never make the noise smaller than the calibration needs.
+_PARAMETER_MARGIN = 2.0 ** -40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +66,11 @@ class ContinualMechanism(abc.ABC):
     name: ClassVar[str]
 
     def __init__(self, horizon: int, budget: PrivacyBudget, noise_source: NoiseSource, *,
-                 max_contributions: int = 1, interval_bound: int = 1, stream: StreamKey = b""):
+                 max_contributions: int = 1, interval_bound: int = 1, stream: StreamKey = b"",
+                 noise: str = "discrete"):
         self.horizon = check.integer_at_least("horizon", horizon, 1)
+        check.one_of("noise", noise, NOISE_KINDS)
+        self.noise = noise
         if not isinstance(budget, PrivacyBudget):
             check.fail("budget", "a PrivacyBudget", budget)
         if not isinstance(noise_source, NoiseSource):
@@ -106,6 +119,37 @@ class ContinualMechanism(abc.ABC):
         return self.budget.noise
 
     @property
+    def discrete(self) -> bool:
+        return self.noise == "discrete"
+
+    @property
+    def noise_name(self) -> str:
+        """'discrete_laplace', 'discrete_gaussian', 'laplace' or 'gaussian'."""
+        return ("discrete_" if self.discrete else "") + self.distribution
+
+    @property
+    def sampler(self) -> "discrete.DiscreteSampler":
+        """The node noise law for discrete noise: scale t >= Delta_1 / epsilon (discrete
+        Laplace) or sigma^2 >= Delta_2^2 / (2 rho) (discrete Gaussian), rounded up."""
+        if "sampler" not in self._cache:
+            if self.distribution == GAUSSIAN:
+                parameter = self.sensitivity ** 2 / (2.0 * self.budget.rho)
+            else:
+                parameter = self.sensitivity / self.budget.epsilon
+            self._cache["sampler"] = discrete.sampler(
+                discrete.DISCRETE_GAUSSIAN if self.distribution == GAUSSIAN
+                else discrete.DISCRETE_LAPLACE, parameter * (1.0 + _PARAMETER_MARGIN))
+        return self._cache["sampler"]
+
+    def _draw(self, level: int, start: int, count: int) -> np.ndarray:
+        """Node noise z of nodes start .. start+count-1 on `level`: integers (discrete) or unit
+        floats (scaled by node_scale after combining)."""
+        if self.discrete:
+            return self.noise_source.discrete_noise(self.sampler, self.stream, level, start,
+                                                    count)
+        return self.noise_source.unit_noise(self.distribution, self.stream, level, start, count)
+
+    @property
     def sensitivity(self) -> float:
         """l_p sensitivity of R on S_{D,k} (p = 1 for Laplace, 2 for Gaussian)."""
         if "sensitivity" not in self._cache:
@@ -116,11 +160,18 @@ class ContinualMechanism(abc.ABC):
 
     @property
     def node_scale(self) -> float:
-        """Laplace scale b or Gaussian sigma of every node's noise."""
+        """Laplace scale b or Gaussian sigma of every node's noise (discrete: the sampler's t
+        or sigma)."""
+        if self.discrete:
+            p = self.sampler.parameter
+            return p if self.distribution != GAUSSIAN else math.sqrt(p)
         return self.budget.node_scale(self.sensitivity)
 
     @property
     def node_variance(self) -> float:
+        """Exact variance of one node's noise (the discrete laws' own, not the continuous)."""
+        if self.discrete:
+            return self.sampler.variance
         return self.budget.node_variance(self.sensitivity)
 
     # ----- release ---------------------------------------------------------------------------
@@ -144,11 +195,16 @@ class ContinualMechanism(abc.ABC):
         xs = np.asarray(values, dtype=np.float64).reshape(-1)
         if not np.all(np.isfinite(xs)):
             check.fail("values", "finite numbers", values)
+        if self.discrete and not np.all(xs == np.round(xs)):
+            check.fail("values", "integers with discrete noise (use a value grid, or "
+                                 "noise='float')", values)
         if state.steps + xs.shape[0] > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})",
                        state.steps + xs.shape[0])
         totals = np.cumsum(np.concatenate(([state.running_total], xs)))[1:]
-        noise = self.node_scale * self._unit_noise(state.steps, xs.shape[0])
+        noise = self._unit_noise(state.steps, xs.shape[0])
+        if not self.discrete:
+            noise = self.node_scale * noise
         new_state = CounterState(state.steps + xs.shape[0],
                                  float(totals[-1]) if xs.shape[0] else state.running_total)
         return totals + noise, new_state
@@ -189,6 +245,8 @@ class ContinualMechanism(abc.ABC):
         check.boolean("simultaneous", simultaneous)
         alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
         variance = self.noise_variance()
+        if self.discrete:
+            return self._discrete_half_width(alpha, variance)
         if self.distribution == GAUSSIAN:
             return tails.gaussian_quantile(alpha) * np.sqrt(variance)
         terms = self._equal_weight_terms()
@@ -199,6 +257,21 @@ class ContinualMechanism(abc.ABC):
             for n in np.unique(terms):
                 if 0 < n <= tails.EXACT_LAPLACE_TERMS:
                     half[terms == n] = self.node_scale * tails.laplace_sum_quantile(int(n), alpha)
+        half[variance == 0] = 0.0
+        return half
+
+    def _discrete_half_width(self, alpha: float, variance: np.ndarray) -> np.ndarray:
+        """Sums of n i.i.d. discrete nodes (every discrete mechanism has weights +-1): exact
+        quantiles of the n-fold convolution for n <= 64, the exact-MGF Chernoff bound beyond."""
+        terms = self._equal_weight_terms()
+        if terms is None:
+            raise AssertionError("discrete noise needs equal-weight (+-1) left factors")
+        sampler = self.sampler
+        half = tails.discrete_equal_weights_chernoff(sampler, terms, alpha)
+        for n in np.unique(terms):
+            if 0 < n <= tails.EXACT_LAPLACE_TERMS:
+                half[terms == n] = discrete.equal_weight_quantile(
+                    sampler.kind, sampler.parameter, int(n), alpha)
         half[variance == 0] = 0.0
         return half
 
@@ -216,6 +289,8 @@ class ContinualMechanism(abc.ABC):
         from .accounting import LaplaceRelease, PureDp, Zcdp
         if self.distribution == GAUSSIAN:
             return [Zcdp(self.budget.rho)]
+        if self.discrete:
+            return [PureDp(self.budget.epsilon)]
         l2 = sensitivity_seam.sensitivity(self, 2, self.max_contributions, self.interval_bound)
         return [PureDp(self.budget.epsilon),
                 LaplaceRelease(self.sensitivity, min(l2, self.sensitivity), self.node_scale)]
@@ -223,7 +298,7 @@ class ContinualMechanism(abc.ABC):
     def describe(self) -> dict:
         """Everything a user needs to see before spending budget (also Beam display data)."""
         return {"mechanism": self.name, "params": self.params(), "horizon": self.horizon,
-                "noise": self.distribution, **self.budget.as_dict(),
+                **self.budget.as_dict(), "noise": self.noise_name,
                 "max_contributions": self.max_contributions,
                 "interval_bound": self.interval_bound,
                 "sensitivity": self.sensitivity, "node_scale": self.node_scale,

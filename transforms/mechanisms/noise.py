@@ -1,10 +1,15 @@
 """The one noise-source seam.
 
 Noise for node `index` on tree `level` of stream `stream` is a deterministic function of
-(secret, stream, level, index): it is read from SHAKE-256 in counter mode, one hash call per
-aligned block of BLOCK nodes, and turned into standard Laplace (scale 1) or standard Gaussian
-(variance 1) values. The same node therefore gets the same noise in streaming, batch, retries and
-reruns, and a node's noise is never re-drawn, only re-derived.
+(secret, release, distribution, stream, level, index): it is read from SHAKE-256 in counter mode,
+one hash call per aligned block of BLOCK nodes, and turned into
+- discrete Laplace / discrete Gaussian integers (the default; `discrete.py`, exact tables), or
+- standard Laplace (scale 1) or standard Gaussian (variance 1) float64 values (opt-in `float`
+  noise: not safe against floating-point attacks).
+Every field is length-prefixed (domain separation). `release` binds the noise to one release
+(its random id and descriptor digest): two releases never share noise, while the same node of the
+same release always gets the same noise in streaming, batch, retries and resumed runs; a node's
+noise is never re-drawn, only re-derived.
 
 A default source takes its secret from the OS (`secrets`); a fixed seed is used only when the
 caller passes one explicitly.
@@ -22,10 +27,11 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _validation as check
+from .discrete import BitStream, DiscreteSampler
 from .privacy import GAUSSIAN, LAPLACE
 
 StreamKey = Union[str, bytes, int]
-_DOMAIN = b"dp-continual-release/noise/v1\x00"
+_DOMAIN = b"dp-continual-release/noise/v2\x00"
 _DISTRIBUTION_TAG = {LAPLACE: b"L", GAUSSIAN: b"G"}
 
 
@@ -65,13 +71,23 @@ def standard_gaussian_from_uniform(u: np.ndarray) -> np.ndarray:
     return out
 
 
+def _length_prefixed(*fields: bytes) -> bytes:
+    return b"".join(struct.pack("<I", len(f)) + f for f in fields)
+
+
 class NoiseSource(abc.ABC):
-    """Unit noise per node: Laplace(0, 1) or N(0, 1), keyed by (stream, level, index)."""
+    """Noise per node, keyed by (stream, level, index): unit Laplace(0, 1) / N(0, 1) floats, or
+    integers from a discrete sampler."""
 
     @abc.abstractmethod
     def unit_noise(self, distribution: str, stream: StreamKey, level: int, start: int,
                    count: int) -> np.ndarray:
         """Noise of nodes start .. start+count-1 of `level` in `stream`, as float64."""
+
+    @abc.abstractmethod
+    def discrete_noise(self, sampler: DiscreteSampler, stream: StreamKey, level: int,
+                       start: int, count: int) -> np.ndarray:
+        """Integer noise of nodes start .. start+count-1 (float64 holding exact integers)."""
 
 
 class KeyedNoiseSource(NoiseSource):
@@ -79,12 +95,15 @@ class KeyedNoiseSource(NoiseSource):
 
     BLOCK = 1024  # nodes per hash call; even, so Box-Muller pairs never straddle blocks
 
-    def __init__(self, secret: Union[bytes, str], cache_blocks: int = 512):
+    def __init__(self, secret: Union[bytes, str], cache_blocks: int = 512, *,
+                 release: bytes = b""):
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
         if not isinstance(secret, bytes) or len(secret) == 0:
             check.fail("secret", "non-empty bytes or str", secret)
-        self._keyed = hashlib.shake_256(_DOMAIN + struct.pack("<I", len(secret)) + secret)
+        if not isinstance(release, bytes):
+            check.fail("release", "bytes (release id and descriptor digest)", release)
+        self._keyed = hashlib.shake_256(_DOMAIN + _length_prefixed(secret, release))
         self._cache: "collections.OrderedDict[tuple, np.ndarray]" = collections.OrderedDict()
         self._cache_blocks = cache_blocks
 
@@ -92,7 +111,9 @@ class KeyedNoiseSource(NoiseSource):
         raise TypeError("KeyedNoiseSource holds a secret and is not serialised; build it on the "
                         "worker from the secret instead")
 
-    def _raw_block(self, distribution: str, stream: bytes, level: int, block: int) -> np.ndarray:
+    def _raw_block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
+        if isinstance(distribution, DiscreteSampler):
+            return self._discrete_block(distribution, stream, level, block)
         h = self._keyed.copy()
         h.update(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream
                  + struct.pack("<qq", level, block))
@@ -101,8 +122,9 @@ class KeyedNoiseSource(NoiseSource):
             return standard_laplace_from_words(np.frombuffer(raw, dtype="<u8"))
         return standard_gaussian_from_uniform(_uniform_open(raw))
 
-    def _block(self, distribution: str, stream: bytes, level: int, block: int) -> np.ndarray:
-        key = (distribution, stream, level, block)
+    def _block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
+        key = (distribution if isinstance(distribution, str) else distribution.tag, stream,
+               level, block)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._raw_block(distribution, stream, level, block)
@@ -115,6 +137,14 @@ class KeyedNoiseSource(NoiseSource):
 
     def unit_noise(self, distribution, stream, level, start, count):
         check.one_of("distribution", distribution, (LAPLACE, GAUSSIAN))
+        return self._nodes(distribution, stream, level, start, count)
+
+    def discrete_noise(self, sampler, stream, level, start, count):
+        if not isinstance(sampler, DiscreteSampler):
+            check.fail("sampler", "a DiscreteSampler", sampler)
+        return self._nodes(sampler, stream, level, start, count)
+
+    def _nodes(self, distribution, stream, level, start, count) -> np.ndarray:
         if count <= 0:
             return np.zeros(0, dtype=np.float64)
         if start < 0:
@@ -129,6 +159,20 @@ class KeyedNoiseSource(NoiseSource):
         offset = start - first * self.BLOCK
         return joined[offset:offset + count]
 
+    def _discrete_block(self, sampler: DiscreteSampler, stream: bytes, level: int,
+                        block: int) -> np.ndarray:
+        h = self._keyed.copy()
+        h.update(b"D" + _length_prefixed(sampler.tag, stream) + struct.pack("<qq", level, block))
+        words = np.frombuffer(h.digest(16 * self.BLOCK), dtype="<u8").reshape(self.BLOCK, 2)
+
+        def tail_bits(i: int) -> BitStream:  # the node's own exact-tail stream (rarely used)
+            node = self._keyed.copy()
+            node.update(b"T" + _length_prefixed(sampler.tag, stream)
+                        + struct.pack("<qq", level, block * self.BLOCK + i))
+            return BitStream(node.digest)
+
+        return sampler.sample(words, tail_bits).astype(np.float64)
+
 
 class ConstantNoiseSource(NoiseSource):
     """Every node's unit noise is `value` (tests: counts nodes per step, TF-Privacy style)."""
@@ -139,15 +183,24 @@ class ConstantNoiseSource(NoiseSource):
     def unit_noise(self, distribution, stream, level, start, count):
         return np.full(max(count, 0), self.value, dtype=np.float64)
 
+    def discrete_noise(self, sampler, stream, level, start, count):
+        return np.full(max(count, 0), self.value, dtype=np.float64)
 
-def make_noise_source(seed: Optional[int] = None,
-                      secret: Union[bytes, str, None] = None) -> NoiseSource:
-    """The production source: OS secret by default, an explicit `seed` or `secret` if given."""
+
+def seed_secret(seed: int) -> bytes:
+    """The (public, not private) secret an explicit seed stands for."""
+    check.integer_at_least("seed", seed, 0)
+    return b"explicit-seed:" + str(int(seed)).encode("ascii")
+
+
+def make_noise_source(seed: Optional[int] = None, secret: Union[bytes, str, None] = None,
+                      release: bytes = b"") -> NoiseSource:
+    """The production source: OS secret by default, an explicit `seed` or `secret` if given;
+    `release` binds it to one release (see the module docstring)."""
     if seed is not None and secret is not None:
         check.fail("seed", "None when `secret` is given (pass at most one of them)", seed)
     if seed is not None:
-        check.integer_at_least("seed", seed, 0)
-        return KeyedNoiseSource(b"explicit-seed:" + str(int(seed)).encode("ascii"))
+        return KeyedNoiseSource(seed_secret(seed), release=release)
     if secret is not None:
-        return KeyedNoiseSource(secret)
-    return KeyedNoiseSource(_secrets.token_bytes(32))
+        return KeyedNoiseSource(secret, release=release)
+    return KeyedNoiseSource(_secrets.token_bytes(32), release=release)

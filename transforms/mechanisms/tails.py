@@ -107,3 +107,16 @@ def _golden_minimum(width, shape) -> np.ndarray:
         b = lo + ratio * (hi - lo)
         wa, wb = width(a), width(b)
     return np.minimum(wa, wb)
+
+
+def discrete_equal_weights_chernoff(sampler, terms: np.ndarray, alpha: float) -> np.ndarray:
+    """Conservative c with P(|X_1 + ... + X_n| > c) <= alpha for i.i.d. discrete Laplace (exact
+    MGF, lambda in (0, 1/t)) or discrete Gaussian nodes (sigma-subgaussian: closed form)."""
+    terms = np.asarray(terms, dtype=np.float64)
+    log_term = math.log(2.0 / alpha)
+    if sampler.kind == "discrete_gaussian":
+        return np.sqrt(2.0 * sampler.parameter * terms * log_term)
+    limit = 1.0 / sampler.parameter
+    return _golden_minimum(
+        lambda frac: (log_term + terms * sampler.log_mgf(frac * limit)) / (frac * limit),
+        terms.shape)

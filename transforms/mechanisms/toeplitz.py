@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _validation as check
 from . import sensitivity
 from .base import ContinualMechanism
 from .noise import stream_bytes
@@ -60,7 +61,7 @@ class ToeplitzMechanism(ContinualMechanism):
         return self._cache["squared_weights"]
 
     def _unit_z(self, start: int, count: int) -> np.ndarray:
-        return self.noise_source.unit_noise(self.distribution, self.stream, 0, start, count)
+        return self._draw(0, start, count)
 
     def _noise_vector(self) -> np.ndarray:
         raise NotImplementedError
@@ -85,6 +86,13 @@ class SqrtToeplitz(ToeplitzMechanism):
     """L = R = sqrt(A) (seed 003 Thm 1.1; seed 004 Sec. 8)."""
 
     name = "sqrt_toeplitz"
+
+    def __init__(self, horizon, budget, noise_source, **kwargs):
+        super().__init__(horizon, budget, noise_source, **kwargs)
+        if self.discrete:
+            check.fail("noise", "'float' for sqrt_toeplitz (its real-valued R has no "
+                                "discretised release yet; choose a tree for secure noise)",
+                       self.noise)
 
     def left_coefficients(self):
         if "f" not in self._cache:

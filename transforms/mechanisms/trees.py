@@ -242,7 +242,7 @@ class TreeMechanism(ContinualMechanism):
         return np.arange(start + 1, start + count + 1, dtype=np.int64)
 
     def _node_noise(self, level, first, count):
-        return self.noise_source.unit_noise(self.distribution, self.stream, level, first, count)
+        return self._draw(level, first, count)
 
     def _unit_noise(self, start, count):
         if count == 1:
