@@ -1,6 +1,7 @@
 """The Beam plugin end to end on the local runners."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -54,7 +55,9 @@ def test_zero_noise_count_equals_reference_and_every_public_key_gets_every_step(
     record = records[0]
     assert set(record) == {"key", "step", "window_start", "window_end", "value", "stddev",
                            "ci_low", "ci_high", "confidence", "mechanism", "mechanism_params",
-                           "epsilon", "delta", "rho"}
+                           "epsilon", "delta", "rho", "release_id", "private", "noise"}
+    assert record["noise"] == "discrete_gaussian" and record["private"] is False
+    assert isinstance(record["value"], int)
     assert record["rho"] == 0.5 and record["confidence"] == 0.95
 
 
@@ -64,7 +67,8 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
     sum_events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(-1, 5))),
                    timestamp(rng, int(rng.integers(0, 6)))) for _ in range(60)]
     records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
-                                  max_contributions=4, zero_noise_for_tests=True), sum_events)
+                                  max_contributions=4, zero_noise_for_tests=True,
+                                  noise="float"), sum_events)
     expected = count_streams([(STEPS.step_of(ts), u, k, v) for (u, k, v), ts in sum_events],
                              STEPS.horizon, ContributionBounds(4, None, 1, max_value=2.0))
     np.testing.assert_allclose(released_totals(records)["k"], np.cumsum(expected.stream("k")))
@@ -107,10 +111,14 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
     assert released_totals(records)["k"] == np.cumsum([v for (_, v), _ in values]).tolist()
 
 
+RELEASE = "0123456789abcdef0123456789abcdef"  # one release run several ways: the same noise
+
+
 def noisy_count():
     return ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], epsilon=1.0,
                           max_contributions=2, mechanism="kary_subtraction",
-                          mechanism_params={"k": 3}, secret=SecretRef(literal=b"test-secret"))
+                          mechanism_params={"k": 3}, secret=SecretRef(literal=b"test-secret"),
+                          release_id=RELEASE)
 
 
 def test_batch_streaming_and_multiprocess_give_identical_records():
@@ -201,6 +209,12 @@ def test_triangle_violation_halts_release_and_reports_it():
     ({"mechanism": "magic"}, r"^`mechanism` must be one of 'auto', 'binary_tree'"),
     ({"confidence": 1.0}, r"^`confidence` must be a number in \(0, 1\); got 1\.0\.$"),
     ({"seed": 3}, r"^`secret` must be given, or else exactly one of"),
+    ({"seed": 3, "zero_noise_for_tests": False},
+     r"^`secret` must be a secret from `env` or `path` \(a fixed `seed` is public"),
+    ({"secret": SecretRef(seed=3), "zero_noise_for_tests": False}, r"^`secret` must be a secret"),
+    ({"noise": "exact"}, r"^`noise` must be one of 'discrete', 'float'; got 'exact'\.$"),
+    ({"mechanism": "sqrt_toeplitz"}, r"^`noise` must be 'float' for sqrt_toeplitz"),
+    ({"release_id": "xyz"}, r"^`release_id` must be 32 lowercase hex digits"),
     ({"max_contributions": 0}, r"^`max_contributions` must be an integer >= 1; got 0\.$"),
     ({"mechanism": "kary_tree", "mechanism_params": {"b": 2}}, r"^`params` must be among"),
     ({"steps": "hourly"}, r"^`steps` must be a TimeSteps"),
@@ -225,10 +239,15 @@ def test_keys_that_print_alike_are_refused_and_never_share_noise():
 def test_display_data_shows_privacy_and_mechanism():
     data = noisy_count().display_data()
     assert data["epsilon"] == 1.0 and data["mechanism"] == "kary_subtraction"
-    assert data["horizon"] == 6 and "literal" in data["noise"]
+    assert data["horizon"] == 6 and "literal" in data["secret"]
+    assert data["release_id"] == RELEASE and data["noise"] == "discrete_laplace"
+    assert data["private"] is True
     auto = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
                           zero_noise_for_tests=True)
-    assert auto.display_data()["mechanism"] == "sqrt_toeplitz"
+    assert auto.display_data()["mechanism"] != "sqrt_toeplitz"  # no secure square root yet
+    auto_float = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
+                                zero_noise_for_tests=True, noise="float")
+    assert auto_float.display_data()["mechanism"] == "sqrt_toeplitz"
 
 
 def test_time_steps():
@@ -253,29 +272,52 @@ def _edge_events(rng, n=40):
 def test_every_transform_gives_the_same_records_in_batch_and_streaming(name):
     rng = np.random.default_rng(11)
     secret = SecretRef(literal=b"same")
+    same = {"secret": secret, "release_id": RELEASE}
     if name == "sum":
         transform = lambda: ContinualSum(steps=STEPS, public_keys=["k"], rho=1.0,  # noqa: E731
-                                         max_value=2.0, max_contributions=4, secret=secret)
+                                         max_value=2.0, max_contributions=4, **same)
         events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(0, 3))),
                    timestamp(rng, int(rng.integers(0, 6)))) for _ in range(40)]
     elif name == "count_distinct":
         transform = lambda: ContinualCountDistinct(  # noqa: E731
-            steps=STEPS, public_keys=["a", "b"], rho=1.0, max_flips=2, secret=secret)
+            steps=STEPS, public_keys=["a", "b"], rho=1.0, max_flips=2, **same)
         events = [((["+", "-"][int(rng.random() < 0.4)], f"i{rng.integers(6)}",
                     ["a", "b"][rng.integers(2)]), timestamp(rng, int(rng.integers(0, 6))))
                   for _ in range(50)]
     elif name == "degree_count":
         transform = lambda: ContinualDegreeCount(  # noqa: E731
-            steps=STEPS, public_keys=list(range(5)), rho=1.0, max_updates=3, secret=secret)
+            steps=STEPS, public_keys=list(range(5)), rho=1.0, max_updates=3, **same)
         events = _edge_events(rng)
     elif name == "triangle_count":
         transform = lambda: ContinualTriangleCount(  # noqa: E731
-            steps=STEPS, rho=1.0, max_degree=5, max_contribution=100, secret=secret)
+            steps=STEPS, rho=1.0, max_degree=5, max_contribution=100, **same)
         events = _edge_events(rng)
     else:
         transform = lambda: ContinualRelease(steps=STEPS, public_keys=["k"],  # noqa: E731
-                                             epsilon=1.0, secret=secret)
+                                             epsilon=1.0, **same)
         events = [(("k", float(rng.integers(-1, 2))), timestamp(rng, s)) for s in range(6)]
     batch, _ = run(transform(), events)
     streaming, _ = run(transform(), events, mode="streaming", steps=STEPS)
     assert batch and batch == streaming
+
+
+def test_sums_with_discrete_noise_are_integer_units_of_the_value_grid():
+    """Values are clamped to [0, max_value] and rounded to the grid g; truncation runs in
+    units of g (mass cap floor(k / g)); records are exact multiples of g."""
+    rng = np.random.default_rng(5)
+    events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(-1, 5))),
+               timestamp(rng, int(rng.integers(0, 6)))) for _ in range(60)]
+    g = 0.25
+    records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
+                                  max_contributions=4, value_resolution=g,
+                                  zero_noise_for_tests=True), events)
+    rounded = [(STEPS.step_of(ts), u, k, math.floor(min(max(v, 0.0), 2.0) / g + 0.5))
+               for (u, k, v), ts in events]
+    expected = count_streams(rounded, STEPS.horizon, ContributionBounds(16, None, 1, 8.0))
+    assert released_totals(records)["k"] == (g * np.cumsum(expected.stream("k"))).tolist()
+    noisy, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
+                                max_contributions=4, value_resolution=g,
+                                secret=SecretRef(literal=b"x")), events)
+    for record in noisy:
+        assert (record["value"] / g) == round(record["value"] / g)
+        assert record["noise"] == "discrete_laplace"

@@ -21,7 +21,7 @@ KEYS = ["a", "b", "c", "d"]
 
 def count():
     return ContinualCount(steps=STEPS, public_keys=KEYS, epsilon=1.0, max_contributions=2,
-                          secret=SecretRef(seed=9))
+                          secret=SecretRef(seed=9), insecure=True)
 
 
 def events():

@@ -19,8 +19,11 @@ on runners whose timers hold no watermark).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import math
+import secrets
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -34,6 +37,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.mechanisms import NAMES, ConstantNoiseSource, CounterState, make
+from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms import _validation as check
 from transforms.mechanisms.choose import choose
 from transforms.mechanisms.privacy import PrivacyBudget
@@ -61,9 +65,35 @@ def noise_stream(key) -> str:
     return f"{type(key).__name__}:{key!r}"
 
 
+def public_key_digest(keys) -> str:
+    """SHA-256 of the typed public key list (part of the release descriptor)."""
+    typed = [[type(k).__name__, key_text(k)] for k in keys]
+    return hashlib.sha256(json.dumps(typed, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def descriptor_digest(descriptor: dict) -> str:
+    return hashlib.sha256(json.dumps(descriptor, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def derived_release_id(secret: bytes, digest: str) -> str:
+    """The release id of an insecure (seeded) release: reproducible from the seed."""
+    return hashlib.sha256(b"dp-continual-release/release-id\x00" + secret
+                          + bytes.fromhex(digest)).hexdigest()[:32]
+
+
+def _check_release_id(value) -> str:
+    if not isinstance(value, str) or len(value) != 32 or any(
+            c not in "0123456789abcdef" for c in value):
+        check.fail("release_id", "32 lowercase hex digits (a 128-bit release nonce)", value)
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ReleaseConfig:
-    """Everything a worker needs to rebuild the per-key mechanism (picklable, no secret)."""
+    """Everything a worker needs to rebuild the per-key mechanism (picklable, no secret).
+
+    The noise of the release is keyed by (secret, release_id, descriptor_digest, key, node):
+    two releases never share noise, a retried bundle re-derives the same noise."""
     steps: TimeSteps
     mechanism: str
     params: Tuple[Tuple[str, Any], ...]
@@ -75,12 +105,24 @@ class ReleaseConfig:
     confidence: float
     noise: Any  # SecretRef, or "zero" (tests only)
     release_delay_steps: int
+    release_id: str = "0" * 32
+    descriptor_digest: str = "0" * 64
+    noise_kind: str = "discrete"
+    private: bool = True
+    value_scale: float = 1.0   # records = scale x released grid units (ContinualSum's grid)
+    diagnostics: bool = False
+
+    @property
+    def release_binding(self) -> bytes:
+        return bytes.fromhex(self.release_id) + bytes.fromhex(self.descriptor_digest)
 
     def build(self):
-        source = ConstantNoiseSource(0.0) if self.noise == "zero" else self.noise.noise_source()
+        source = ConstantNoiseSource(0.0) if self.noise == "zero" else \
+            self.noise.noise_source(release=self.release_binding)
         return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
                     max_contributions=self.max_contributions,
-                    interval_bound=self.interval_bound, noise_source=source, **dict(self.params))
+                    interval_bound=self.interval_bound, noise_source=source,
+                    noise=self.noise_kind, **dict(self.params))
 
 
 def release_parts(config: ReleaseConfig):
@@ -91,17 +133,25 @@ def release_parts(config: ReleaseConfig):
         "mechanism_params": json.dumps(dict(config.params), sort_keys=True),
         "epsilon": dict(config.total_privacy).get("epsilon"),
         "delta": dict(config.total_privacy).get("delta"),
-        "rho": dict(config.total_privacy).get("rho")}
+        "rho": dict(config.total_privacy).get("rho"), "release_id": config.release_id,
+        "private": config.private, "noise": mechanism.noise_name}
     return (mechanism, mechanism.noise_std(),
             mechanism.confidence_half_width(config.confidence), template)
 
 
 def make_record(config: ReleaseConfig, template, std, half, key, step, value) -> dict:
+    """One public record. With discrete noise the released value and its interval are exact
+    integers (times the value grid of ContinualSum)."""
     steps = config.steps
     width, deviation = float(half[step]), float(std[step])
+    if config.noise_kind == "discrete":
+        value, width = int(value), int(width)
+    low, high, scale = value - width, value + width, config.value_scale
+    if scale != 1.0:
+        value, low, high, deviation = value * scale, low * scale, high * scale, deviation * scale
     return {"key": key_text(key), "step": step, "window_start": steps.iso(steps.start(step)),
             "window_end": steps.iso(steps.end(step)), "value": value, "stddev": deviation,
-            "ci_low": value - width, "ci_high": value + width, **template}
+            "ci_low": low, "ci_high": high, **template}
 
 
 class _ReleaseFn(beam.DoFn):
@@ -115,7 +165,10 @@ class _ReleaseFn(beam.DoFn):
     def __init__(self, config: ReleaseConfig, bounded: bool):
         self.config = config
         self.bounded = bounded
-        self.late = Metrics.counter("continual_release", "late_contributions")
+        # Operator-only diagnostics: the count depends on private data, so it exists only when
+        # the release is built with diagnostics=True.
+        self.late = Metrics.counter("continual_release", "late_contributions") \
+            if config.diagnostics else None
 
     def setup(self):
         self.mechanism, self.std, self.half, self.template = release_parts(self.config)
@@ -144,7 +197,8 @@ class _ReleaseFn(beam.DoFn):
         if not self.bounded:
             released = CounterState.from_bytes(counter.read() or CounterState().to_bytes()).steps
             if step < released:
-                self.late.inc()
+                if self.late is not None:
+                    self.late.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, {
                     "record": repr((key, step, value)),
                     "reason": f"late: step {step} of key {key_text(key)!r} was already released"})
@@ -377,8 +431,10 @@ class _ContinualBase(beam.PTransform):
     def __init__(self, *, steps: TimeSteps, public_keys: Sequence, epsilon=None, rho=None,
                  delta=None, mechanism: str = "auto", mechanism_params: Optional[dict] = None,
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
-                 seed: Optional[int] = None, zero_noise_for_tests: bool = False,
-                 release_delay_steps: int = 1, label: Optional[str] = None):
+                 seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
+                 release_id: Optional[str] = None, diagnostics: bool = False,
+                 zero_noise_for_tests: bool = False, release_delay_steps: int = 1,
+                 label: Optional[str] = None):
         super().__init__(label)
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
@@ -408,6 +464,18 @@ class _ContinualBase(beam.PTransform):
             check.fail("secret", "a SecretRef (env, path, seed or literal)", secret)
         self.noise = "zero" if zero_noise_for_tests else (
             secret if secret is not None else SecretRef(seed=seed))
+        self.insecure = check.boolean("insecure", insecure)
+        if self.noise != "zero" and self.noise.public and not self.insecure:
+            check.fail("secret", "a secret from `env` or `path` (a fixed `seed` is public: "
+                                 "anyone who knows it can subtract the noise; pass "
+                                 "insecure=True for demos and tests)", "seed")
+        check.one_of("noise", noise, NOISE_KINDS)
+        self.noise_kind = noise
+        self.private = self.noise != "zero" and not self.noise.public
+        self.diagnostics = check.boolean("diagnostics", diagnostics)
+        if release_id is not None:
+            _check_release_id(release_id)
+        self._given_release_id = release_id
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.problem = self.make_problem()
@@ -415,6 +483,14 @@ class _ContinualBase(beam.PTransform):
 
     def make_problem(self) -> Problem:
         raise NotImplementedError
+
+    def bounds(self) -> dict:
+        """The transform's contribution bounds (part of the release descriptor)."""
+        raise NotImplementedError
+
+    @property
+    def value_scale(self) -> float:
+        return 1.0
 
     def _key_privacy(self) -> dict:
         """Each key's budget: the total split over the keys one unit can touch."""
@@ -428,19 +504,42 @@ class _ContinualBase(beam.PTransform):
         name, params = self.mechanism_name, dict(self.mechanism_params)
         if name == "auto":
             best, _ = choose(self.steps.horizon, key_privacy, declaration.max_contributions,
-                             declaration.interval_bound)
+                             declaration.interval_bound, noise=self.noise_kind)
             name, params = best.mechanism, dict(best.params)
         total = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
-        config = ReleaseConfig(self.steps, name, tuple(sorted(params.items())),
-                               tuple(sorted(key_privacy.items())), tuple(sorted(total.items())),
-                               declaration.max_contributions, declaration.interval_bound,
-                               declaration.keys_per_unit, self.confidence, self.noise,
-                               self.release_delay_steps)
-        make(name, self.steps.horizon, **key_privacy,  # validates parameters now
-             max_contributions=declaration.max_contributions,
-             interval_bound=declaration.interval_bound, noise_source=ConstantNoiseSource(0.0),
-             **params)
-        return config
+        resolved = make(name, self.steps.horizon, **key_privacy,  # validates parameters now
+                        max_contributions=declaration.max_contributions,
+                        interval_bound=declaration.interval_bound,
+                        noise_source=ConstantNoiseSource(0.0), noise=self.noise_kind, **params)
+        params = resolved.params()
+        self.descriptor = {
+            "format": 1, "transform": type(self).__name__, "mechanism": name, "params": params,
+            "noise": resolved.noise_name, "budget": total, "key_budget": key_privacy,
+            "horizon": self.steps.horizon, "origin": self.steps.origin,
+            "step_seconds": self.steps.size, "bounds": self.bounds(),
+            "declaration": {"interval_bound": declaration.interval_bound,
+                            "max_contributions": declaration.max_contributions,
+                            "keys_per_unit": declaration.keys_per_unit},
+            "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
+        digest = descriptor_digest(self.descriptor)
+        if self._given_release_id is not None:
+            self.release_id = self._given_release_id
+        elif self.noise == "zero":
+            self.release_id = "0" * 32
+        elif self.noise.public:
+            self.release_id = derived_release_id(self.noise.secret_bytes(), digest)
+        else:
+            self.release_id = secrets.token_hex(16)
+        if self.noise != "zero" and self.noise.public:
+            logging.getLogger(__name__).warning(
+                "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
+                "and subtracted; records are marked private: false", self.release_id)
+        return ReleaseConfig(self.steps, name, tuple(sorted(params.items())),
+                             tuple(sorted(key_privacy.items())), tuple(sorted(total.items())),
+                             declaration.max_contributions, declaration.interval_bound,
+                             declaration.keys_per_unit, self.confidence, self.noise,
+                             self.release_delay_steps, self.release_id, digest, self.noise_kind,
+                             self.private, self.value_scale, self.diagnostics)
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,
@@ -450,7 +549,9 @@ class _ContinualBase(beam.PTransform):
                 "max_contributions": self.config.max_contributions,
                 "interval_bound": self.config.interval_bound,
                 "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
-                "noise": "zero (tests only)" if self.noise == "zero" else self.noise.describe()}
+                "secret": "zero (tests only)" if self.noise == "zero" else self.noise.describe(),
+                "noise": self.descriptor["noise"], "release_id": self.release_id,
+                "private": self.private}
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})
         return data
 
@@ -477,7 +578,8 @@ class _ContinualBase(beam.PTransform):
 
     def _release(self, pipeline, contributions, dead_letters, bounded):
         public = set(self.public_keys)
-        dropped = Metrics.counter("continual_release", "dropped_non_public_keys")
+        dropped = Metrics.counter("continual_release", "dropped_non_public_keys") \
+            if self.diagnostics else None  # a count that depends on private data
 
         def public_only(item):
             (key, step), value = item
@@ -485,7 +587,7 @@ class _ContinualBase(beam.PTransform):
                 yield key, (step, value)
             elif not isinstance(value, str) and value == 0:
                 pass
-            else:
+            elif dropped is not None:
                 dropped.inc()
 
         def as_release_input(item):
@@ -526,26 +628,60 @@ class ContinualCount(_ContinualBase):
 
     def __init__(self, *, max_contributions: int = 1, max_contributions_per_step=None,
                  max_keys_per_unit: int = 1, **kwargs):
-        self.bounds = ContributionBounds(max_contributions, max_contributions_per_step,
-                                         max_keys_per_unit)
+        self.contribution_bounds = ContributionBounds(max_contributions,
+                                                      max_contributions_per_step,
+                                                      max_keys_per_unit)
         super().__init__(**kwargs)
 
     def make_problem(self):
-        return CountProblem(self.bounds)
+        return CountProblem(self.contribution_bounds)
+
+    def bounds(self):
+        return dataclasses.asdict(self.contribution_bounds)
 
 
 class ContinualSum(_ContinualBase):
     """Running sum per public key; elements (unit, key, value); values clamped to
-    [0, max_value], at most `max_contributions` value mass per unit over the horizon."""
+    [0, max_value], at most `max_contributions` value mass per unit over the horizon.
+
+    With discrete noise (the default) values are rounded to the grid `value_resolution` g
+    (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
+    units of g, so the release is exact integers times g (see the README's privacy model)."""
 
     def __init__(self, *, max_value: float, max_contributions: int = 1,
-                 max_contributions_per_step=None, max_keys_per_unit: int = 1, **kwargs):
-        self.bounds = ContributionBounds(max_contributions, max_contributions_per_step,
-                                         max_keys_per_unit, max_value=max_value)
+                 max_contributions_per_step=None, max_keys_per_unit: int = 1,
+                 value_resolution: Optional[float] = None, **kwargs):
+        self.contribution_bounds = ContributionBounds(max_contributions,
+                                                      max_contributions_per_step,
+                                                      max_keys_per_unit, max_value=max_value)
+        discrete = kwargs.get("noise", "discrete") == "discrete"
+        if value_resolution is not None:
+            check.positive_finite("value_resolution", value_resolution)
+            if value_resolution > max_value:
+                check.fail("value_resolution", f"<= max_value ({max_value})", value_resolution)
+        elif discrete:
+            value_resolution = max_value / 100.0
+        self.value_resolution = value_resolution
         super().__init__(**kwargs)
 
+    @property
+    def value_scale(self):
+        return self.value_resolution or 1.0
+
     def make_problem(self):
-        return CountProblem(self.bounds, with_value=True)
+        bounds, g = self.contribution_bounds, self.value_resolution
+        if g is None:
+            return CountProblem(bounds, with_value=True)
+        per_step = bounds.max_contributions_per_step
+        units = ContributionBounds(
+            max(1, math.floor(bounds.max_contributions / g)),
+            None if per_step is None else max(1, math.floor(per_step / g)),
+            bounds.max_keys_per_unit, max_value=float(math.floor(bounds.max_value / g)))
+        return CountProblem(units, with_value=True, value_grid=g, max_value=bounds.max_value)
+
+    def bounds(self):
+        return {**dataclasses.asdict(self.contribution_bounds),
+                "value_resolution": self.value_resolution}
 
 
 class ContinualCountDistinct(_ContinualBase):
@@ -555,12 +691,17 @@ class ContinualCountDistinct(_ContinualBase):
     def __init__(self, *, max_flips: int, max_keys_per_unit: int = 1, semantics="count",
                  **kwargs):
         self.machine = count_distinct(max_flips, semantics)
+        self.max_flips, self.semantics = max_flips, semantics
         self.max_keys_per_unit = check.integer_at_least("max_keys_per_unit",
                                                         max_keys_per_unit, 1)
         super().__init__(**kwargs)
 
     def make_problem(self):
         return EntityProblem(self.machine, self.max_keys_per_unit)
+
+    def bounds(self):
+        return {"max_flips": self.max_flips, "max_keys_per_unit": self.max_keys_per_unit,
+                "semantics": self.semantics}
 
 
 class ContinualDegreeCount(_ContinualBase):
@@ -573,6 +714,9 @@ class ContinualDegreeCount(_ContinualBase):
 
     def make_problem(self):
         return DegreeProblem(self.max_updates)
+
+    def bounds(self):
+        return {"max_updates": self.max_updates}
 
 
 class ContinualTriangleCount(_ContinualBase):
@@ -589,6 +733,9 @@ class ContinualTriangleCount(_ContinualBase):
     def make_problem(self):
         return TriangleProblem(self.max_degree, self.max_contribution)
 
+    def bounds(self):
+        return {"max_degree": self.max_degree, "max_contribution": self.max_contribution}
+
 
 class ContinualRelease(_ContinualBase):
     """Release already-computed difference values: elements (key, value) with event time; the
@@ -604,8 +751,14 @@ class ContinualRelease(_ContinualBase):
             check.integer_at_least("keys_per_unit", keys_per_unit, 1), "declared")
         super().__init__(**kwargs)
 
+    def bounds(self):
+        return {"max_contributions": self.declaration.max_contributions,
+                "interval_bound": self.declaration.interval_bound,
+                "keys_per_unit": self.declaration.keys_per_unit}
+
     def make_problem(self):
         declaration = self.declaration
+        integers = getattr(self, "noise_kind", "discrete") == "discrete"
 
         class Declared(Problem):
             name = "declared"
@@ -617,6 +770,9 @@ class ContinualRelease(_ContinualBase):
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                         not math.isfinite(value):
                     return None, f"value must be a finite number; got {value!r}"
+                if integers and value != math.floor(value):
+                    return None, (f"value must be an integer with discrete noise (the declared "
+                                  f"set S_(D,k) is integer); got {value!r}")
                 return (key, float(value)), None
 
         problem = Declared()

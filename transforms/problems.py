@@ -9,6 +9,7 @@ outcome never depends on bundle order.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Hashable, List, Optional, Tuple
 
 from transforms.streams import (BoundViolation, ContributionBounds, EdgeDegreeContribution,
@@ -41,8 +42,13 @@ class Problem:
 
 @dataclasses.dataclass
 class CountProblem(Problem):
+    """Counts and sums. With `value_grid` g, a value is clamped to [0, max_value] and rounded to
+    the nearest multiple of g; the payload is the integer number of grid units, and `bounds`
+    are in grid units too (discrete noise releases integers)."""
     bounds: ContributionBounds
     with_value: bool = False
+    value_grid: Optional[float] = None
+    max_value: Optional[float] = None
 
     name = "count"
 
@@ -67,6 +73,9 @@ class CountProblem(Problem):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
                     or value in (float("inf"), float("-inf")):
                 return None, f"value must be a finite number; got {value!r}"
+            if self.value_grid is not None:
+                clamped = min(max(float(value), 0.0), self.max_value)
+                value = math.floor(clamped / self.value_grid + 0.5)
         return (unit, (key, float(value))), None
 
     def init_state(self):

@@ -7,11 +7,13 @@ demos, or literal bytes (only for tests: they are pickled into the pipeline grap
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import os
 from typing import Optional
 
 from transforms.mechanisms import _validation as check
-from transforms.mechanisms.noise import KeyedNoiseSource, NoiseSource, make_noise_source
+from transforms.mechanisms.noise import KeyedNoiseSource, NoiseSource, seed_secret
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,19 +35,34 @@ class SecretRef:
             return f"file {self.path}"
         return "explicit seed (not private)" if self.seed is not None else "literal (tests only)"
 
-    def noise_source(self) -> NoiseSource:
+    @property
+    def public(self) -> bool:
+        """A seed is public: whoever knows it can subtract the noise."""
+        return self.seed is not None
+
+    def secret_bytes(self) -> bytes:
+        """Resolve the secret (on the worker, or in a driver that must fingerprint it)."""
         if self.seed is not None:
-            return make_noise_source(seed=self.seed)
+            return seed_secret(self.seed)
         if self.literal is not None:
-            return KeyedNoiseSource(self.literal)
+            return self.literal
         if self.env is not None:
             value = os.environ.get(self.env)
             if not value:
                 check.fail("secret", f"set in the environment variable {self.env}", "unset")
-            return KeyedNoiseSource(value.encode("utf-8"))
+            return value.encode("utf-8")
         from apache_beam.io.filesystems import FileSystems
         with FileSystems.open(self.path) as handle:
             data = handle.read().strip()
         if not data:
             check.fail("secret", f"non-empty in {self.path}", "empty file")
-        return KeyedNoiseSource(data)
+        return data
+
+    def fingerprint(self) -> str:
+        """HMAC-SHA256(secret, "fingerprint"): identifies the secret, reveals nothing of it."""
+        return hmac.new(self.secret_bytes(), b"dp-continual-release/fingerprint",
+                        hashlib.sha256).hexdigest()
+
+    def noise_source(self, release: bytes = b"") -> NoiseSource:
+        """The keyed source bound to one release (its id and descriptor digest)."""
+        return KeyedNoiseSource(self.secret_bytes(), release=release)

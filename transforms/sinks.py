@@ -23,11 +23,12 @@ RECORD_FIELDS = [
     ("window_end", pa.string()), ("value", pa.float64()), ("stddev", pa.float64()),
     ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("confidence", pa.float64()),
     ("mechanism", pa.string()), ("mechanism_params", pa.string()), ("epsilon", pa.float64()),
-    ("delta", pa.float64()), ("rho", pa.float64())]
+    ("delta", pa.float64()), ("rho", pa.float64()), ("release_id", pa.string()),
+    ("private", pa.bool_()), ("noise", pa.string())]
 RECORD_SCHEMA = pa.schema(RECORD_FIELDS)
 COLUMNS = [name for name, _ in RECORD_FIELDS]
 BIGQUERY_SCHEMA = ",".join(
-    f"{name}:{'INTEGER' if t == pa.int64() else 'FLOAT' if t == pa.float64() else 'STRING'}"
+    f"{name}:{'INTEGER' if t == pa.int64() else 'FLOAT' if t == pa.float64() else 'BOOLEAN' if t == pa.bool_() else 'STRING'}"
     for name, t in RECORD_FIELDS)
 
 
