@@ -28,7 +28,8 @@ REQUIRED = "<required>"
 BOUNDS = {"count": {"max_contributions": 1, "max_contributions_per_step": None,
                     "max_keys_per_unit": 1},
           "sum": {"max_value": REQUIRED, "max_contributions": 1,
-                  "max_contributions_per_step": None, "max_keys_per_unit": 1},
+                  "max_contributions_per_step": None, "max_keys_per_unit": 1,
+                  "value_resolution": None},
           "count_distinct": {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
           "degree_count": {"max_updates": REQUIRED},
           "triangle_count": {"max_degree": REQUIRED, "max_contribution": REQUIRED},
@@ -115,9 +116,16 @@ class JobConfig:
     mechanism: str
     mechanism_params: Dict[str, Any]
     confidence: float
-    secret: Dict[str, Any]
+    secret: Dict[str, Any]        # {} (an ephemeral secret), env, path, seed or stored
     output_path: str
     output_formats: List[str]
+    noise: str = "discrete"
+    insecure: bool = False        # a public seed: records are marked private: false
+
+    @property
+    def operator_path(self) -> str:
+        """Operator-only folder: dead letters and exact counts (not private)."""
+        return os.path.join(self.output_path, f"{self.job}-operator")
 
 
 def load(path: str) -> JobConfig:
@@ -162,7 +170,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     size = _positive_number("steps.size_seconds", steps["size_seconds"])
     horizon = _positive_int("steps.horizon", steps["horizon"])
 
-    privacy = _section(raw["privacy"], "privacy", ("epsilon", "rho", "delta"))
+    privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise")))
+    noise = privacy.pop("noise", "discrete")
+    if noise not in ("discrete", "float"):
+        fail("privacy.noise", "one of 'discrete' (exact integer noise, the default), 'float' "
+                              "(continuous float64 noise, not safe against floating-point "
+                              "attacks)", noise)
     if ("epsilon" in privacy) == ("rho" in privacy):
         fail("privacy", "exactly one of epsilon or rho (with an optional delta for epsilon)",
              privacy)
@@ -180,8 +193,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if name == "semantics":
             if value not in ("count", "set"):
                 fail("bounds.semantics", "one of 'count', 'set'", value)
-        elif name == "max_value":
-            _positive_number("bounds.max_value", value)
+        elif name in ("max_value", "value_resolution"):
+            if value is not None:
+                _positive_number(f"bounds.{name}", value)
         elif value is not None:
             _positive_int(f"bounds.{name}", value)
 
@@ -208,10 +222,18 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
             0 < confidence < 1):
         fail("confidence", "a number in (0, 1)", confidence)
 
-    secret = _section(raw.get("secret") or {"env": "DP_CONTINUAL_SECRET"}, "secret",
-                      ("env", "path", "seed", "stored"))
-    if len(secret) != 1:
-        fail("secret", "exactly one of env, path, seed or stored", secret)
+    secret = dict(_section(raw.get("secret") or {}, "secret",
+                           ("env", "path", "seed", "stored", "insecure")))
+    insecure = secret.pop("insecure", False)
+    if insecure not in (True, False):
+        fail("secret.insecure", "true or false", insecure)
+    if len(secret) > 1:
+        fail("secret", "at most one of env, path, seed or stored (none: a fresh secret for "
+                       "this run)", secret)
+    if "seed" in secret and not insecure:
+        fail("secret", "a secret from env, path or stored (a fixed `seed` is public: anyone "
+                       "who knows it can subtract the noise; add `insecure: true` for demos "
+                       "and tests)", {"seed": secret["seed"]})
     if "stored" in secret and secret["stored"] is not True:
         fail("secret.stored", "true (a secret kept in the state directory, mode 0600)",
              secret["stored"])
@@ -228,7 +250,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
 
     return JobConfig(job, transform, resolve_path(source["path"]), fmt, dict(fields),
                      timestamp_format, origin, size, horizon, dict(privacy), bounds, keys, name,
-                     dict(params), float(confidence), dict(secret), output["path"], formats)
+                     dict(params), float(confidence), dict(secret), output["path"], formats,
+                     noise, bool(insecure))
 
 
 def _public_keys(raw, base_dir):

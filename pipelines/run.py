@@ -3,18 +3,27 @@
     python3 -m pipelines.run --config configs/active_users.yaml [any Beam pipeline option]
 
 Reads events (JSON lines, CSV or Parquet, columns mapped by `input.fields`), runs the configured
-transform, writes records (Parquet / JSON lines / CSV) and dead letters (JSON lines) under
-`output.path/<job>/`, and prints where they are. Without --runner it uses the in-process
-FnApiRunner (the default DirectRunner first tries to download Prism, which fails offline).
+transform, and writes
+- public: records (Parquet / JSON lines / CSV) and `release.json` (the release manifest: id,
+  budget, mechanism, descriptor) under `output.path/<job>/`;
+- operator-only (NOT private: raw input records, exact counts): dead letters under
+  `output.path/<job>-operator/`, with a README.txt saying so;
+and prints where they are. Every run is a new release with its own noise: running the same data
+twice spends the budget twice. Without a configured secret, a local run draws a fresh secret
+(0600 temporary file, removed afterwards). Without --runner it uses the in-process FnApiRunner
+(the default DirectRunner first tries to download Prism, which fails offline).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import os
+import secrets
 import sys
+import tempfile
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -33,15 +42,53 @@ TRANSFORMS = {"count": ContinualCount, "sum": ContinualSum,
 DEAD = "dead_letter"
 
 
-def build_transform(job: job_config.JobConfig, secret: SecretRef = None):
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
+                 "SwitchingDirectRunner", "PrismRunner")
+OPERATOR_README = (
+    "This folder is for the operator only. It is NOT differentially private: dead letters hold\n"
+    "raw input records, and counts here depend exactly on individuals' data. Do not publish it.\n")
+
+
+def runner_of(beam_args) -> str:
+    for i, arg in enumerate(beam_args):
+        if arg.startswith("--runner="):
+            return arg.split("=", 1)[1]
+        if arg == "--runner" and i + 1 < len(beam_args):
+            return beam_args[i + 1]
+    return "FnApiRunner"
+
+
+@contextlib.contextmanager
+def ephemeral_secret():
+    """A fresh 256-bit secret in a 0600 temporary file for one local run, removed afterwards."""
+    handle, path = tempfile.mkstemp(prefix="dp-secret-")
+    try:
+        os.fchmod(handle, 0o600)
+        os.write(handle, secrets.token_hex(32).encode("ascii"))
+        os.close(handle)
+        yield SecretRef(path=path)
+    finally:
+        os.remove(path)
+
+
+def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
+                    mechanism=None):
+    """The configured transform. `secret` overrides the config's; `release_id` and `mechanism`
+    (name, params) continue an existing release (the scheduler's ledger)."""
     if secret is None:
         if "stored" in job.secret:
             job_config.fail("secret.stored", "used with a state directory "
                                              "(python3 -m pipelines.schedule)", True)
+        if not job.secret:
+            job_config.fail("secret", "configured (env or path) for this runner", "none")
         secret = SecretRef(**job.secret)
+    name, params = mechanism or (job.mechanism, job.mechanism_params)
     kwargs = dict(steps=TimeSteps(job.origin, job.step_seconds, job.horizon),
-                  mechanism=job.mechanism, mechanism_params=job.mechanism_params or None,
-                  confidence=job.confidence, secret=secret, **job.privacy, **job.bounds)
+                  mechanism=name, mechanism_params=params or None,
+                  confidence=job.confidence, secret=secret, insecure=job.insecure,
+                  noise=job.noise, release_id=release_id, **job.privacy, **job.bounds)
+    if job.transform != "sum":
+        kwargs.pop("value_resolution", None)
     if job.transform != "triangle_count":
         kwargs["public_keys"] = job.public_keys
     return TRANSFORMS[job.transform](**kwargs)
@@ -139,6 +186,18 @@ def _csv_header(pattern):
     return next(csv.reader(io.StringIO(first)))
 
 
+def release_manifest(transform) -> dict:
+    """What the public folder says about its release (no secret, no data-dependent count)."""
+    return {"release_id": transform.release_id, "private": transform.private,
+            "descriptor": transform.descriptor, "display": transform.display_data()}
+
+
+def write_operator_readme(job: job_config.JobConfig) -> None:
+    FileSystems.mkdirs(job.operator_path) if not FileSystems.exists(job.operator_path) else None
+    with FileSystems.create(os.path.join(job.operator_path, "README.txt")) as handle:
+        handle.write(OPERATOR_README.encode("utf-8"))
+
+
 def build(pipeline, job: job_config.JobConfig, transform=None):
     rows = read_rows(pipeline, job)
     main_rows = rows if job.input_format == "parquet" else rows.rows
@@ -154,7 +213,8 @@ def build(pipeline, job: job_config.JobConfig, transform=None):
     if job.input_format != "parquet":
         dead.append(rows[DEAD])
     (dead | "AllDeadLetters" >> beam.Flatten()
-     | "WriteDeadLetters" >> WriteRecordsToJsonLines(os.path.join(folder, "dead_letters")))
+     | "WriteDeadLetters" >> WriteRecordsToJsonLines(
+         os.path.join(job.operator_path, "dead_letters")))
     return folder
 
 
@@ -162,23 +222,45 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.run", description=__doc__)
     parser.add_argument("--config", required=True)
     args, beam_args = parser.parse_known_args(argv)
+    runner = runner_of(beam_args)
     try:
         job = job_config.load(args.config)
-        transform = build_transform(job)
+        if not job.secret and runner not in LOCAL_RUNNERS:
+            job_config.fail("secret", f"configured (env or path) for the remote runner {runner} "
+                                      "(a fresh local secret cannot reach its workers)", "none")
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not any(a.startswith("--runner") for a in beam_args):
         beam_args = ["--runner=FnApiRunner", *beam_args]
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        folder = build(pipeline, job, transform)
+    with contextlib.ExitStack() as stack:
+        secret = stack.enter_context(ephemeral_secret()) if not job.secret else None
+        try:
+            transform = build_transform(job, secret)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+            folder = build(pipeline, job, transform)
+    with FileSystems.create(os.path.join(folder, "release.json")) as handle:
+        handle.write(json.dumps(release_manifest(transform), indent=2, sort_keys=True,
+                                default=str).encode("utf-8"))
+    write_operator_readme(job)
     info = transform.display_data()
     print(f"job {job.job}: {job.transform} with {info['mechanism']} "
           f"{info['mechanism_params']}, horizon {job.horizon} x {job.step_seconds:g} s, "
-          f"{len(job.public_keys)} public key(s), privacy {job.privacy}")
+          f"{len(job.public_keys)} public key(s), privacy {job.privacy}, noise {info['noise']}")
+    if transform.private:
+        print(f"release {transform.release_id}: a new release with fresh noise; it spent "
+              f"{job.privacy} on this data (again, if this data was released before)")
+    else:
+        print(f"release {transform.release_id}: INSECURE demo release (fixed seed): records "
+              f"are marked private: false", file=sys.stderr)
     print(f"records:      {os.path.join(folder, 'records')}-*."
           f"{{{','.join(job.output_formats)}}}")
-    print(f"dead letters: {os.path.join(folder, 'dead_letters')}-*.jsonl")
+    print(f"manifest:     {os.path.join(folder, 'release.json')}")
+    print(f"operator-only (not private): {os.path.join(job.operator_path, 'dead_letters')}"
+          f"-*.jsonl")
     return 0
 
 

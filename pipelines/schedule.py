@@ -9,14 +9,19 @@ filesystem path) holds committed checkpoints `ckpt-<steps released>-<id>/` with
 - `units-*`: every privacy unit's truncation state,
 - `keys-*`: every public key's mechanism state (17 bytes) and fail-closed halt step,
 - `records-*.jsonl`: the records this run released, `dead_letters-*.jsonl`,
-- `ledger.json`: what the release is (budget, horizon, steps, bounds, mechanism, keys) and its
-  runs, written before `_COMMITTED`, the marker that makes the checkpoint visible.
-Guarantees (each tested): resuming after N runs gives records identical to one continuous run;
-re-running when nothing new is complete returns the stored records and spends nothing; a run
-killed mid-way leaves the previous checkpoint intact (its uncommitted directory is ignored) and
-the next run completes correctly; a config whose budget, horizon or any other release parameter
-differs from the ledger is refused. With `secret: {stored: true}` the secret is generated once
-into `<state-dir>/secret` with mode 0600; it is never logged or written to outputs.
+- `ledger.json`: the release (its id, descriptor and digest, resolved mechanism and parameters,
+  an HMAC fingerprint of the secret, never the secret) and its runs.
+A checkpoint becomes visible only through its commit marker `commits/from-<first step>.json`,
+created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
+of two runs that start from the same step, exactly one commits; the other exits non-zero and
+publishes nothing (records reach `output.path` only after the commit).
+Guarantees (each tested): resuming after N runs gives records identical to one continuous run
+(same insecure seed); re-running when nothing new is complete returns the stored records and
+spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
+completes correctly; a config whose budget, horizon, mechanism, secret or any other release
+field differs from the ledger is refused. Without a configured secret (or with `secret: {stored:
+true}`) the secret is generated once into `<state-dir>/secret` with mode 0600; it is never logged
+or written to outputs.
 
 Input: the event source must still hold the events of the steps being released (for example
 the full history, or every file since the last run); events of already released steps are
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
+import errno
 import json
 import math
 import os
@@ -55,6 +61,11 @@ from transforms.sinks import WriteRecordsToJsonLines
 
 COMMITTED = "_COMMITTED"
 LEDGER = "ledger.json"
+COMMITS = "commits"
+
+
+class ConcurrentRun(RuntimeError):
+    """Another run committed the same steps first; this run published nothing."""
 
 
 def encode(value) -> str:
@@ -69,32 +80,80 @@ def _join(*parts) -> str:
     return FileSystems.join(*parts)
 
 
+def _marker(state_dir: str, released: int) -> str:
+    return _join(state_dir, COMMITS, f"from-{released:08d}.json")
+
+
 def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
-    matches = FileSystems.match([_join(state_dir, "ckpt-*", COMMITTED)])[0].metadata_list
-    out = []
-    for meta in matches:
-        folder = meta.path[:-len(COMMITTED) - 1]
-        released = int(os.path.basename(folder).split("-")[1])
-        out.append((released, folder))
-    return sorted(out)
+    """The chain of committed checkpoints [(steps released, folder)], following the commit
+    markers from step 0 (a checkpoint folder without a marker is a killed or losing run)."""
+    out, released = [], 0
+    while FileSystems.exists(_marker(state_dir, released)):
+        with FileSystems.open(_marker(state_dir, released)) as handle:
+            marker = json.loads(handle.read().decode("utf-8"))
+        out.append((marker["steps"][1], marker["checkpoint"]))
+        released = marker["steps"][1]
+    return out
+
+
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Atomically create `path` with `data` unless it exists: True if this call created it.
+
+    Local paths: O_CREAT | O_EXCL. gs://: an object write with if_generation_match=0 (needs
+    google-cloud-storage, the [gcp] extra; GCS preconditions are strongly consistent). Other
+    filesystems offer no atomic create-if-absent through Beam and are refused."""
+    if "://" not in path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except OSError as error:
+            if error.errno == errno.EEXIST:
+                return False
+            raise
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        return True
+    if path.startswith("gs://"):
+        from google.api_core.exceptions import PreconditionFailed
+        from google.cloud import storage
+        bucket, _, name = path[len("gs://"):].partition("/")
+        try:
+            storage.Client().bucket(bucket).blob(name).upload_from_string(
+                data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+    job_config.fail("--state-dir", "a local path or gs:// (committing needs an atomic "
+                                   "create-if-absent)", path)
 
 
 def fingerprint(job: job_config.JobConfig) -> dict:
     return {"transform": job.transform, "origin": job.origin, "step_seconds": job.step_seconds,
-            "horizon": job.horizon, "privacy": job.privacy, "bounds": job.bounds,
-            "public_keys": job.public_keys, "mechanism": job.mechanism,
-            "mechanism_params": job.mechanism_params, "confidence": job.confidence,
-            "secret": sorted(job.secret)}
+            "horizon": job.horizon, "privacy": job.privacy, "noise": job.noise,
+            "bounds": job.bounds, "public_keys": job.public_keys, "mechanism": job.mechanism,
+            "mechanism_params": job.mechanism_params, "confidence": job.confidence}
 
 
-def check_ledger(ledger: dict, job: job_config.JobConfig) -> None:
-    """Refuse a config that differs from what this state directory already released."""
-    spent = ledger["release"]
+NEW_STATE_DIRECTORY = ("a new state directory would be a new release: it spends the budget "
+                       "again on the same data")
+
+
+def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: str) -> None:
+    """Refuse a run that differs from the release this state directory started."""
+    if ledger.get("secret_fingerprint") != secret_fingerprint:
+        job_config.fail("secret", f"the secret this release started with (fingerprint "
+                                  f"{ledger.get('secret_fingerprint', '?')[:12]}...; "
+                                  f"{NEW_STATE_DIRECTORY})",
+                        f"a secret with fingerprint {secret_fingerprint[:12]}...")
+    spent = ledger["config"]
     for name, value in fingerprint(job).items():
+        if name == "mechanism" and value == "auto":
+            continue  # the ledger's resolved mechanism is used
         if spent.get(name) != value:
-            job_config.fail(name, f"what this state directory already released with "
-                                  f"({spent.get(name)!r}; start a new state directory to "
-                                  f"change it)", value)
+            job_config.fail(name, f"what this release was started with ({spent.get(name)!r}; "
+                                  f"{NEW_STATE_DIRECTORY})", value)
 
 
 def stored_secret(state_dir: str) -> SecretRef:
@@ -219,11 +278,6 @@ def build(pipeline, job, transform, released, complete, previous, folder):
                                                                 complete))
                      .with_outputs("key_state", main="records"))
     released_keys.records | "StoreRecords" >> WriteRecordsToJsonLines(_join(folder, "records"))
-    sinks = {"parquet": job_run.WriteRecordsToParquet, "jsonl": job_run.WriteRecordsToJsonLines,
-             "csv": job_run.WriteRecordsToCsv}
-    out = os.path.join(job.output_path, job.job, f"records-steps-{released}-{complete}")
-    for fmt in job.output_formats:
-        released_keys.records | f"Write {fmt}" >> sinks[fmt](out)
     advanced.unit_state | "StoreUnits" >> beam.io.WriteToText(_join(folder, "units"))
     released_keys.key_state | "StoreKeys" >> beam.io.WriteToText(_join(folder, "keys"))
     dead = [elements[DEAD_LETTER], stepped[DEAD_LETTER], current[DEAD_LETTER],
@@ -242,20 +296,32 @@ def _write_text(path, text):
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
-    secret = stored_secret(state_dir) if "stored" in job.secret else None
-    transform = job_run.build_transform(job, secret)
+    secret = stored_secret(state_dir) if "stored" in job.secret or not job.secret else \
+        SecretRef(**job.secret)
+    secret_fingerprint = secret.fingerprint()
     checkpoints = committed_checkpoints(state_dir)
     released, previous = checkpoints[-1] if checkpoints else (0, None)
     ledger = None
     if previous:
         with FileSystems.open(_join(previous, LEDGER)) as handle:
             ledger = json.loads(handle.read().decode("utf-8"))
-        check_ledger(ledger, job)
+        check_ledger(ledger, job, secret_fingerprint)
+        transform = job_run.build_transform(
+            job, secret, release_id=ledger["release_id"],
+            mechanism=(ledger["mechanism"], ledger["mechanism_params"]))
+        if transform.descriptor != ledger["descriptor"]:
+            changed = sorted(k for k in set(ledger["descriptor"]) | set(transform.descriptor)
+                             if ledger["descriptor"].get(k) != transform.descriptor.get(k))
+            job_config.fail(f"release.{changed[0]}", f"what this release was started with "
+                                                     f"({NEW_STATE_DIRECTORY})", changed)
+    else:
+        transform = job_run.build_transform(job, secret)
     complete = max(0, min(job.horizon, math.floor((now - job.origin) / job.step_seconds)))
     stored = [_join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
         return {"released_before": released, "released_after": released, "new_steps": 0,
-                "records": stored, "spent": "nothing (no newly complete step)"}
+                "records": stored, "release_id": transform.release_id,
+                "spent": "nothing (no newly complete step)"}
     folder = _join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     options = PipelineOptions(list(beam_args) if any(a.startswith("--runner") for a in beam_args)
                               else ["--runner=FnApiRunner", *beam_args])
@@ -264,14 +330,42 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     runs = (ledger or {}).get("runs", []) + [{
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "steps": [released, complete]}]
-    _write_text(_join(folder, LEDGER), json.dumps({"release": fingerprint(job), "runs": runs},
-                                                  indent=2, sort_keys=True))
+    _write_text(_join(folder, LEDGER), json.dumps({
+        "release_id": transform.release_id, "descriptor": transform.descriptor,
+        "descriptor_digest": transform.config.descriptor_digest,
+        "mechanism": transform.config.mechanism,
+        "mechanism_params": dict(transform.config.params),
+        "secret_fingerprint": secret_fingerprint, "private": transform.private,
+        "config": fingerprint(job), "runs": runs}, indent=2, sort_keys=True, default=str))
+    marker = json.dumps({"checkpoint": folder, "steps": [released, complete],
+                         "release_id": transform.release_id}).encode("utf-8")
+    if not create_if_absent(_marker(state_dir, released), marker):
+        raise ConcurrentRun(f"another run already committed steps from {released} in the "
+                            f"state directory {state_dir}; this run published nothing")
+    with FileSystems.open(_marker(state_dir, released)) as handle:  # re-check after commit
+        if json.loads(handle.read().decode("utf-8"))["checkpoint"] != folder:
+            raise ConcurrentRun(f"the commit marker of steps from {released} in {state_dir} "
+                                f"names another run; this run published nothing")
     _write_text(_join(folder, COMMITTED), "")
+    publish(job, folder, released, complete)
     return {"released_before": released, "released_after": complete,
-            "new_steps": complete - released, "records": stored + [
-                _join(folder, "records-*.jsonl")],
+            "new_steps": complete - released, "release_id": transform.release_id,
+            "records": stored + [_join(folder, "records-*.jsonl")],
             "spent": "the release's budget (once for all T steps)" if released == 0 else
                      "nothing new (the budget covers all T steps of this release)"}
+
+
+def publish(job, folder, released, complete) -> None:
+    """After the commit: the run's records, in the configured formats, into output.path."""
+    rows = []
+    for meta in FileSystems.match([_join(folder, "records-*.jsonl")])[0].metadata_list:
+        with FileSystems.open(meta.path) as handle:
+            rows.extend(json.loads(line) for line in handle.read().decode("utf-8").splitlines()
+                        if line.strip())
+    rows.sort(key=lambda r: (r["key"], r["step"]))
+    out = os.path.join(job.output_path, job.job, f"records-steps-{released}-{complete}")
+    from transforms.sinks import write_records_files
+    write_records_files(rows, out, job.output_formats)
 
 
 def main(argv=None) -> int:
@@ -286,6 +380,10 @@ def main(argv=None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except ConcurrentRun as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    print(f"release {summary['release_id']}")
     print(f"steps released: {summary['released_before']} -> {summary['released_after']} "
           f"({summary['new_steps']} new); budget spent: {summary['spent']}")
     for pattern in summary["records"]:

@@ -132,3 +132,16 @@ class WriteRecordsToCsv(_WriteRecords):
                 | "WriteCsv" >> beam.io.WriteToText(
                     self.prefix, file_name_suffix=self.suffix, header=",".join(COLUMNS),
                     num_shards=self.num_shards))
+
+
+_ENCODERS = {"parquet": (_ParquetPerBundle, ".parquet"), "jsonl": (_JsonPerBundle, ".jsonl"),
+             "csv": (_CsvPerBundle, ".csv")}
+
+
+def write_records_files(rows, prefix: str, formats) -> None:
+    """Write already released records (outside a pipeline) as `prefix`-00000-of-00001.<fmt>,
+    with the same encoders as the sinks."""
+    for fmt in formats:
+        encoder, suffix = _ENCODERS[fmt]
+        with FileSystems.create(f"{prefix}-00000-of-00001{suffix}") as handle:
+            handle.write(encoder(prefix, suffix).encode(rows))

@@ -13,7 +13,7 @@ BASE = {
     "input": {"path": "demo:active_users.jsonl", "fields": {"timestamp": "ts", "unit": "user",
                                                             "key": "region"}},
     "steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 4},
-    "privacy": {"epsilon": 1.0}, "public_keys": ["a", "b"], "secret": {"seed": 1},
+    "privacy": {"epsilon": 1.0}, "public_keys": ["a", "b"], "secret": {"seed": 1, "insecure": True},
     "output": {"path": "out"},
 }
 
@@ -67,7 +67,11 @@ CASES = [
      r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
     (("confidence",), 1.5, r"^`confidence` must be a number in \(0, 1\); got 1\.5\.$"),
     (("secret",), {"seed": 1, "env": "X"},
-     r"^`secret` must be exactly one of env, path, seed or stored"),
+     r"^`secret` must be at most one of env, path, seed or stored"),
+    (("secret",), {"seed": 1}, r"^`secret` must be a secret from env, path or stored \(a fixed "
+                              r"`seed` is public"),
+    (("secret",), {"seed": 1, "insecure": "yes"}, r"^`secret.insecure` must be true or false"),
+    (("privacy",), {"epsilon": 1.0, "noise": "exact"}, r"^`privacy.noise` must be one of"),
     (("secret",), {"password": "x"}, r"^`secret.password` must be a known field"),
     (("output", "formats"), ["xlsx"], r"^`output.formats` must be a non-empty list of "
                                       r"'parquet', 'jsonl', 'csv'"),

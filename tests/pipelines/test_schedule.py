@@ -24,6 +24,7 @@ def write_config(tmp_path, name="cart_items.yaml", **changes):
     config["output"]["path"] = str(tmp_path / "out")
     config["output"]["formats"] = ["jsonl"]
     config["steps"]["horizon"] = 12
+    config["secret"] = {"seed": 2026, "insecure": True}  # reproducible: schedule == run
     for section, value in changes.items():
         config[section] = value
     path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.yaml"
@@ -97,8 +98,9 @@ def test_ledger_refuses_a_conflicting_config(tmp_path, change, field):
     state = str(tmp_path / "state")
     schedule.run_once(write_config(tmp_path), state, ORIGIN + 4 * HOUR)
     conflicting = write_config(tmp_path, **change)
-    with pytest.raises(ValueError, match=rf"^`{field}` must be what this state directory "
-                                         rf"already released with"):
+    with pytest.raises(ValueError, match=rf"^`{field}` must be what this release was started "
+                                         rf"with .*a new state directory would be a new "
+                                         rf"release: it spends the budget again"):
         schedule.run_once(conflicting, state, ORIGIN + 8 * HOUR)
     assert schedule.main(["--config", conflicting, "--state-dir", state,
                           "--now", "2026-01-05T08:00:00Z"]) == 2
@@ -136,3 +138,73 @@ def test_events_of_released_steps_are_late_dead_letters(tmp_path):
     assert late and {int(d["reason"].split()[2]) for d in late} <= set(range(6))
     assert all(d in late or "outside the horizon" in d["reason"] for d in dead)
     assert second["new_steps"] == 6
+
+
+def test_ledger_binds_secret_release_id_and_resolved_mechanism(tmp_path, monkeypatch):
+    """The ledger stores the release id, the secret's HMAC fingerprint (never the secret) and
+    the mechanism auto resolved to; a different secret value mid-release is refused."""
+    monkeypatch.setenv("DP_TEST_SECRET", "first-secret-value")
+    config = write_config(tmp_path, secret={"env": "DP_TEST_SECRET"})
+    state = str(tmp_path / "state")
+    first = schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    ledger = json.load(open(os.path.join(schedule.committed_checkpoints(state)[-1][1],
+                                         schedule.LEDGER)))
+    assert ledger["release_id"] == first["release_id"] and len(first["release_id"]) == 32
+    assert ledger["mechanism"] != "auto" and ledger["mechanism"] == ledger["descriptor"][
+        "mechanism"]
+    assert "first-secret-value" not in json.dumps(ledger)
+    assert len(ledger["secret_fingerprint"]) == 64
+    monkeypatch.setenv("DP_TEST_SECRET", "rotated-secret-value")
+    with pytest.raises(ValueError, match=r"^`secret` must be the secret this release started "
+                                         r"with .*a new state directory would be a new release"):
+        schedule.run_once(config, state, ORIGIN + 8 * HOUR)
+    monkeypatch.setenv("DP_TEST_SECRET", "first-secret-value")
+    second = schedule.run_once(config, state, ORIGIN + 8 * HOUR)
+    assert second["release_id"] == first["release_id"]  # the same release continues
+    rows = records_of(second["records"])
+    assert {r["release_id"] for r in rows} == {first["release_id"]}
+    assert all(r["private"] is True for r in rows)
+
+
+def test_without_a_configured_secret_the_scheduler_keeps_one_in_the_state_directory(tmp_path):
+    config = write_config(tmp_path)
+    raw = yaml.safe_load(open(config))
+    del raw["secret"]
+    open(config, "w").write(yaml.safe_dump(raw))
+    state = str(tmp_path / "state")
+    schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    assert stat.S_IMODE(os.stat(os.path.join(state, "secret")).st_mode) == 0o600
+    assert schedule.run_once(config, state, ORIGIN + 8 * HOUR)["released_after"] == 8
+
+
+def test_two_concurrent_runs_commit_exactly_once(tmp_path):
+    """Two scheduled runs started together on one state directory: exactly one commits (exit
+    0), the other exits 3 naming the state directory; one commit marker per step range and
+    only the winner's records are published."""
+    import subprocess
+    import sys
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    command = [sys.executable, "-m", "pipelines.schedule", "--config", config, "--state-dir",
+               state, "--now", "2026-01-05T06:00:00Z"]
+    runs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    results = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 3], results
+    loser = [err for code, err in results if code == 3][0]
+    assert f"in the state directory {state}" in loser.strip().splitlines()[-1]
+    assert len(glob.glob(os.path.join(state, schedule.COMMITS, "*"))) == 1
+    assert len(schedule.committed_checkpoints(state)) == 1
+    job = job_config.load(config)
+    published = glob.glob(os.path.join(job.output_path, job.job, "records-steps-*"))
+    assert len(published) == 1  # jsonl only, from the winner
+
+
+def test_marker_is_create_if_absent(tmp_path):
+    path = str(tmp_path / "commits" / "from-00000000.json")
+    assert schedule.create_if_absent(path, b"first")
+    assert not schedule.create_if_absent(path, b"second")
+    assert open(path, "rb").read() == b"first"
+    with pytest.raises(ValueError, match=r"^`--state-dir` must be a local path or gs://"):
+        schedule.create_if_absent("s3://bucket/state/commits/x.json", b"x")
