@@ -58,7 +58,9 @@ class TestInputPerturbation(MechanismContract):
 
 
 # Continuous float noise (the opt-in `noise="float"`): the same contract (the factors do not
-# depend on the noise, so fewer horizons).
+# depend on the noise, so fewer horizons). The float path differs from the discrete one only in
+# the node draw and the final scaling, shared by all mechanisms: the binary tree (trees), input
+# perturbation (Chernoff intervals) and the square root above cover it.
 class FloatContract(MechanismContract):
     NOISE = "float"
     HORIZONS = [1, 2, 7, 100, 513]
@@ -66,19 +68,6 @@ class FloatContract(MechanismContract):
 
 class TestBinaryTreeFloat(FloatContract):
     NAME = "binary_tree"
-
-
-class TestKarySubtraction19Float(FloatContract):
-    NAME = "kary_subtraction"
-    PARAMS = {"k": 19}
-
-
-class TestSmoothBinaryFloat(FloatContract):
-    NAME = "smooth_binary"
-
-
-class TestNaiveCompositionFloat(FloatContract):
-    NAME = "naive_composition"
 
 
 class TestInputPerturbationFloat(FloatContract):

@@ -23,8 +23,8 @@ def test_demo_job_writes_every_key_and_step(tmp_path):
     assert job_run.main(["--config", str(path)]) == 0
     table = pq.read_table(glob.glob(str(tmp_path / "active-users" / "records-*.parquet"))[0])
     assert table.num_rows == 6 * 12
-    dead = [line for f in glob.glob(str(tmp_path / "active-users" / "dead_letters-*.jsonl"))
-            for line in open(f)]
+    dead = [line for f in glob.glob(str(tmp_path / "active-users-operator" /
+                                        "dead_letters-*.jsonl")) for line in open(f)]
     assert len(dead) > 0  # events after the 12-step horizon are dead letters, not dropped
 
 
