@@ -59,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-contributions", type=_positive_int("max-contributions"), default=1)
     p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=1)
     p.add_argument("--metric", choices=METRICS, default="max")
+    p.add_argument("--noise", choices=("discrete", "float"), default="discrete",
+                   help="discrete (default, secure) or float (adds sqrt_toeplitz)")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
         if args.horizon > 1 << 24:
             raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
         best, rows = choose(args.horizon, privacy, args.max_contributions, args.interval_bound,
-                            args.metric)
+                            args.metric, noise=args.noise)
     except (_UsageError, ValueError) as error:
         message = str(error)
         print(f"error: {message if message.endswith('.') else message + '.'}", file=sys.stderr)

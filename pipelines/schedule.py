@@ -14,7 +14,7 @@ filesystem path) holds committed checkpoints `ckpt-<steps released>-<id>/` with
 A checkpoint becomes visible only through its commit marker `commits/from-<first step>.json`,
 created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
-publishes nothing (records reach `output.path` only after the commit).
+publishes nothing (records reach `output.path/<job>-scheduled/` only after the commit).
 Guarantees (each tested): resuming after N runs gives records identical to one continuous run
 (same insecure seed); re-running when nothing new is complete returns the stored records and
 spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
@@ -363,7 +363,9 @@ def publish(job, folder, released, complete) -> None:
             rows.extend(json.loads(line) for line in handle.read().decode("utf-8").splitlines()
                         if line.strip())
     rows.sort(key=lambda r: (r["key"], r["step"]))
-    out = os.path.join(job.output_path, job.job, f"records-steps-{released}-{complete}")
+    # a folder of its own, so a report over `pipelines.run`'s records never mixes the two
+    out = os.path.join(job.output_path, f"{job.job}-scheduled",
+                       f"records-steps-{released}-{complete}")
     from transforms.sinks import write_records_files
     write_records_files(rows, out, job.output_formats)
 

@@ -197,7 +197,8 @@ def test_two_concurrent_runs_commit_exactly_once(tmp_path):
     assert len(glob.glob(os.path.join(state, schedule.COMMITS, "*"))) == 1
     assert len(schedule.committed_checkpoints(state)) == 1
     job = job_config.load(config)
-    published = glob.glob(os.path.join(job.output_path, job.job, "records-steps-*"))
+    published = glob.glob(os.path.join(job.output_path, f"{job.job}-scheduled",
+                                        "records-steps-*"))
     assert len(published) == 1  # jsonl only, from the winner
 
 
