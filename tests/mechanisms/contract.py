@@ -35,6 +35,24 @@ def variance_check(mechanism, streams: int, steps: int):
     return z_pooled, z_steps
 
 
+def integer_law_pvalue(values, law) -> float:
+    """Chi-square p-value of integer samples against a pmf over -K..K (bins with expected
+    count >= 5, the rest pooled into one bin)."""
+    center = (law.shape[0] - 1) // 2
+    index = np.asarray(values).astype(np.int64) + center
+    assert index.min() >= 0 and index.max() < law.shape[0]
+    observed = np.bincount(index, minlength=law.shape[0])
+    expected = law * index.shape[0]
+    keep = expected >= 5
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] < 5:
+        obs[-2] += obs[-1]
+        exp[-2] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
 class MechanismContract:
     """Subclasses set NAME, PARAMS (passed to make) and NOISE, and may narrow HORIZONS."""
 
@@ -181,20 +199,7 @@ class MechanismContract:
                 if terms[t] == 0:
                     assert np.all(samples[:, t] == 0)
                     continue
-                center = (law.shape[0] - 1) // 2
-                values = samples[:, t].astype(np.int64) + center
-                assert values.min() >= 0 and values.max() < law.shape[0]
-                observed = np.bincount(values, minlength=law.shape[0])
-                expected = law * samples.shape[0]
-                keep = expected >= 5
-                obs = np.append(observed[keep], observed[~keep].sum())
-                exp = np.append(expected[keep], expected[~keep].sum())
-                if exp[-1] < 5:
-                    obs[-2] += obs[-1]
-                    exp[-2] += exp[-1]
-                    obs, exp = obs[:-1], exp[:-1]
-                exp = exp * obs.sum() / exp.sum()
-                assert stats.chisquare(obs, exp).pvalue > 1e-4, (privacy, t)
+                assert integer_law_pvalue(samples[:, t], law) > 1e-4, (privacy, t)
 
     def test_gaussian_noise_is_normal_with_the_analytic_std(self):
         """KS test of noise_t / std_t against N(0, 1) at fixed steps (false failure 1e-4 each)."""
