@@ -6,7 +6,7 @@
 Each run releases the steps whose windows are complete at `--now` (default: the current time)
 and were not released before, then checkpoints. The state directory (a local path or any Beam
 filesystem path) holds committed checkpoints `ckpt-<steps released>-<id>/` with
-- `units-*`: every privacy unit's truncation state,
+- `units-*`: every privacy unit's truncation state (versioned JSON lines, no pickle),
 - `keys-*`: every public key's mechanism state (17 bytes) and fail-closed halt step,
 - `records-*.jsonl`: the records this run released, `dead_letters-*.jsonl`,
 - `ledger.json`: the release (its id, descriptor and digest, resolved mechanism and parameters,
@@ -30,13 +30,11 @@ dead letters ("late"), events of incomplete steps are left for a later run.
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime
 import errno
 import json
 import math
 import os
-import pickle
 import secrets
 import stat
 import sys
@@ -57,6 +55,7 @@ from transforms.continual import (DEAD_LETTER, HALT_VALUE, _advance_unit, _Aggre
 from transforms.mechanisms import CounterState
 from transforms.secret import SecretRef
 from transforms.sinks import WriteRecordsToJsonLines
+from transforms.streams import codec
 
 COMMITTED = "_COMMITTED"
 LEDGER = "ledger.json"
@@ -68,11 +67,13 @@ class ConcurrentRun(RuntimeError):
 
 
 def encode(value) -> str:
-    return base64.b64encode(pickle.dumps(value)).decode("ascii")
+    """A checkpoint line: versioned JSON of plain values and known state classes (never
+    pickle: a state directory in a writable bucket must not be able to run code)."""
+    return codec.dumps(value)
 
 
 def decode(line: str):
-    return pickle.loads(base64.b64decode(line))
+    return codec.loads(line)
 
 
 def _join(*parts) -> str:

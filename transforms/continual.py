@@ -773,7 +773,15 @@ class ContinualRelease(_ContinualBase):
                 if integers and value != math.floor(value):
                     return None, (f"value must be an integer with discrete noise (the declared "
                                   f"set S_(D,k) is integer); got {value!r}")
-                return (key, float(value)), None
+                return (key, (key, float(value))), None
+
+            def init_state(self):
+                return None  # declared values are released as given: no truncation state
+
+            def step(self, state, step, payloads):
+                keys = sorted({key for key, _ in payloads}, key=canonical)
+                return state, [(k, math.fsum(v for key, v in payloads if key == k))
+                               for k in keys], None
 
         problem = Declared()
         problem.declaration = declaration
@@ -783,6 +791,7 @@ class ContinualRelease(_ContinualBase):
         stepped = events | "AssignStep" >> beam.ParDo(
             _AssignStep(self.problem, self.steps)).with_outputs(DEAD_LETTER, main="events")
         contributions = stepped.events | "AsContributions" >> beam.Map(
-            lambda item: ((item[0], item[1][0]), item[1][2])).with_output_types(Tuple[Any, Any])
+            lambda item: ((item[0], item[1][0]), item[1][2][1])).with_output_types(
+                Tuple[Any, Any])
         return self._release(events.pipeline, contributions, [stepped[DEAD_LETTER]],
                              events.is_bounded)

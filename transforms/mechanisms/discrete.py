@@ -132,8 +132,43 @@ class DiscreteSampler:
         self.parameter = parameter
         self.exact = Fraction(parameter)
         self.tag = f"{kind}:{parameter.hex()}".encode("ascii")
-        weights = self._weights()
-        self.size, self._high, self._low, self.variance, self._tail_mass = weights
+        self._table = None
+
+    @property
+    def variance(self) -> float:
+        """Exact variance: 2q / (1 - q)^2 (discrete Laplace, q = exp(-1/t)); the pmf's second
+        moment for the discrete Gaussian (< sigma^2). Needs no sampling table."""
+        if self.kind == DISCRETE_LAPLACE:
+            q = math.exp(-1.0 / self.parameter)
+            return 2.0 * q / (1.0 - q) ** 2
+        pmf = self.pmf(1e-30)
+        x = np.arange(pmf.shape[0]) - (pmf.shape[0] - 1) // 2
+        return float(np.sum(pmf * x.astype(np.float64) ** 2))
+
+    def _built(self):
+        if self._table is None:  # built on first draw: planning needs only the variance
+            self._table = self._weights()
+        return self._table
+
+    @property
+    def size(self) -> int:
+        return self._built()[0]
+
+    @size.setter
+    def size(self, value: int) -> None:  # tests: condition the tail sampler elsewhere
+        self._table = (value,) + tuple(self._built()[1:])
+
+    @property
+    def _high(self):
+        return self._built()[1]
+
+    @property
+    def _low(self):
+        return self._built()[2]
+
+    @property
+    def _tail_mass(self):
+        return self._built()[4]
 
     # ----- table -------------------------------------------------------------------------------
     def _weight_sequence(self):

@@ -1,0 +1,97 @@
+"""A JSON codec for the per-unit and per-key states that checkpoints store (no pickle).
+
+Checkpoints may live in a bucket that others can write; unpickling such a file runs whatever
+code it names. This codec only rebuilds plain values (None, bool, int, float, str, tuples,
+lists, dicts, sets, bytes) and the state classes listed in `STATE_CLASSES`; anything else is
+refused with the project's error shape. One line per value: {"v": 1, "value": ...}.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from transforms.mechanisms import _validation as check
+from transforms.streams.count import UnitState, canonical
+from transforms.streams.entity import EntityState
+from transforms.streams.graph import EdgeState, TriangleCounter
+
+FORMAT_VERSION = 1
+STATE_CLASSES = {cls.__name__: cls for cls in (UnitState, EntityState, EdgeState,
+                                               TriangleCounter)}
+
+
+def _encode(value) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            check.fail("state value", "a finite number", value)
+        return value
+    if isinstance(value, bytes):
+        return {"b": value.hex()}
+    if isinstance(value, tuple):
+        return {"t": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return {"l": [_encode(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        tag = "s" if isinstance(value, set) else "fs"
+        return {tag: [_encode(v) for v in sorted(value, key=canonical)]}
+    if isinstance(value, dict):
+        return {"d": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    name = type(value).__name__
+    if STATE_CLASSES.get(name) is type(value):
+        fields = ({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+                  if dataclasses.is_dataclass(value) else vars(value))
+        return {"c": name, "f": {k: _encode(v) for k, v in fields.items()}}
+    check.fail("state value", "a plain value or one of " + ", ".join(STATE_CLASSES),
+               type(value).__name__)
+
+
+def _decode(data) -> Any:
+    if data is None or isinstance(data, (bool, str, int, float)):
+        return data
+    if not isinstance(data, dict) or len(data) != 1 and "c" not in data:
+        check.fail("state value", "a tagged JSON value", data)
+    if "b" in data:
+        return bytes.fromhex(data["b"])
+    if "t" in data:
+        return tuple(_decode(v) for v in data["t"])
+    if "l" in data:
+        return [_decode(v) for v in data["l"]]
+    if "s" in data:
+        return {_decode(v) for v in data["s"]}
+    if "fs" in data:
+        return frozenset(_decode(v) for v in data["fs"])
+    if "d" in data:
+        return {_decode(k): _decode(v) for k, v in data["d"]}
+    if "c" in data:
+        cls = STATE_CLASSES.get(data["c"])
+        if cls is None:
+            check.fail("state class", "one of " + ", ".join(STATE_CLASSES), data["c"])
+        fields = {k: _decode(v) for k, v in data["f"].items()}
+        if dataclasses.is_dataclass(cls):
+            return cls(**fields)
+        obj = cls.__new__(cls)
+        obj.__dict__.update(fields)
+        return obj
+    check.fail("state value", "a tagged JSON value", data)
+
+
+def dumps(value) -> str:
+    """One JSON line (no newline)."""
+    return json.dumps({"v": FORMAT_VERSION, "value": _encode(value)}, sort_keys=True,
+                      separators=(",", ":"), allow_nan=False)
+
+
+def loads(line: str):
+    try:
+        data = json.loads(line)
+    except ValueError as error:
+        check.fail("state line", "valid JSON", f"{error}")
+    if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION or "value" not in data:
+        check.fail("state line", f'{{"v": {FORMAT_VERSION}, "value": ...}}', line[:80])
+    return _decode(data["value"])
