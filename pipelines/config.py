@@ -144,6 +144,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     job = raw["job"]
     if not isinstance(job, str) or not job.replace("-", "").replace("_", "").isalnum():
         fail("job", "a name of letters, digits, '-' and '_'", job)
+    if job.endswith(("-operator", "-scheduled")):
+        fail("job", "a name not ending in '-operator' or '-scheduled' (reserved for the "
+                    "operator-only and scheduled folders)", job)
     transform = raw["transform"]
     if transform not in TRANSFORMS:
         fail("transform", "one of " + ", ".join(repr(t) for t in TRANSFORMS), transform)

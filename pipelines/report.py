@@ -52,9 +52,13 @@ def true_totals(config_path: str) -> Dict[str, List[float]]:
     transform = job_run.build_transform(job)
     transform.config = transform.config.__class__(**{**transform.config.__dict__,
                                                      "noise": "zero"})
-    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
-        job_run.build(pipeline, job, transform)
-    rows = read_records(os.path.join(folder, job.job, "records-*.jsonl"))
+    try:
+        with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+            job_run.build(pipeline, job, transform)
+        rows = read_records(os.path.join(folder, job.job, "records-*.jsonl"))
+    finally:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)  # exact counts: never left behind
     return _series(rows, "value")
 
 
@@ -108,6 +112,8 @@ def summary(rows, paths, truth=None) -> str:
     steps = sorted({r["step"] for r in rows})
     max_se = max(r["stddev"] for r in rows)
     lines = ["# Continual release report", "",
+             f"- release: `{first.get('release_id', '?')}`; noise: {first.get('noise', '?')}; "
+             f"private: {first.get('private', '?')}",
              f"- mechanism: `{first['mechanism']}` {first['mechanism_params']}",
              f"- privacy (whole release): {privacy}",
              f"- keys: {len(keys)}; steps: {len(steps)} "
@@ -118,7 +124,8 @@ def summary(rows, paths, truth=None) -> str:
         inside = sum(1 for r in rows if r["key"] in truth and
                      r["ci_low"] <= truth[r["key"]][r["step"]] <= r["ci_high"])
         lines.append(f"- true value inside the interval: {inside} of {len(rows)} records "
-                     f"({inside / len(rows):.1%})")
+                     f"({inside / len(rows):.1%}). NOT PRIVATE: the truth is exact (for demo "
+                     f"data; never publish this report for real data)")
     lines += ["", "| key | chart |", "|---|---|"]
     lines += [f"| {os.path.splitext(os.path.basename(p))[0]} | ![]({os.path.basename(p)}) |"
               for p in paths]

@@ -72,7 +72,7 @@ def ephemeral_secret():
 
 
 def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
-                    mechanism=None):
+                    mechanism=None, secret_fingerprint=None):
     """The configured transform. `secret` overrides the config's; `release_id` and `mechanism`
     (name, params) continue an existing release (the scheduler's ledger)."""
     if secret is None:
@@ -86,7 +86,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
     kwargs = dict(steps=TimeSteps(job.origin, job.step_seconds, job.horizon),
                   mechanism=name, mechanism_params=params or None,
                   confidence=job.confidence, secret=secret, insecure=job.insecure,
-                  noise=job.noise, release_id=release_id, **job.privacy, **job.bounds)
+                  noise=job.noise, release_id=release_id,
+                  secret_fingerprint=secret_fingerprint, **job.privacy, **job.bounds)
     if job.transform != "sum":
         kwargs.pop("value_resolution", None)
     if job.transform != "triangle_count":
@@ -188,8 +189,9 @@ def _csv_header(pattern):
 
 def release_manifest(transform) -> dict:
     """What the public folder says about its release (no secret, no data-dependent count)."""
+    display = {k: v for k, v in transform.display_data().items() if k != "secret"}
     return {"release_id": transform.release_id, "private": transform.private,
-            "descriptor": transform.descriptor, "display": transform.display_data()}
+            "descriptor": transform.descriptor, "display": display}
 
 
 def write_operator_readme(job: job_config.JobConfig) -> None:

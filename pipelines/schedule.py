@@ -36,7 +36,6 @@ import json
 import math
 import os
 import secrets
-import stat
 import sys
 import time
 import uuid
@@ -52,7 +51,7 @@ from pipelines import run as job_run
 from transforms.continual import (DEAD_LETTER, HALT_VALUE, _advance_unit, _Aggregate,
                                   _AssignStep, _by_step, key_text, make_record, noise_stream,
                                   release_parts)
-from transforms.mechanisms import CounterState
+from transforms.mechanisms.base import state_from_bytes
 from transforms.secret import SecretRef
 from transforms.sinks import WriteRecordsToJsonLines
 from transforms.streams import codec
@@ -130,7 +129,9 @@ def create_if_absent(path: str, data: bytes) -> bool:
 
 
 def fingerprint(job: job_config.JobConfig) -> dict:
-    return {"transform": job.transform, "origin": job.origin, "step_seconds": job.step_seconds,
+    return {"transform": job.transform, "fields": job.fields,
+            "timestamp_format": job.timestamp_format, "origin": job.origin,
+            "step_seconds": job.step_seconds,
             "horizon": job.horizon, "privacy": job.privacy, "noise": job.noise,
             "bounds": job.bounds, "public_keys": job.public_keys, "mechanism": job.mechanism,
             "mechanism_params": job.mechanism_params, "confidence": job.confidence}
@@ -157,12 +158,20 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
 
 
 def stored_secret(state_dir: str) -> SecretRef:
+    """The release's secret kept in the state directory: created once, atomically, mode 0600
+    from the start on local paths (no readable window, no overwrite by a concurrent run)."""
     path = _join(state_dir, "secret")
-    if not FileSystems.exists(path):
-        with FileSystems.create(path) as handle:
-            handle.write(secrets.token_hex(32).encode("ascii"))
-        if os.path.exists(path):
-            os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    if "://" not in path:
+        os.makedirs(state_dir, exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return SecretRef(path=path)
+        with os.fdopen(handle, "wb") as out:
+            out.write(secrets.token_hex(32).encode("ascii"))
+        return SecretRef(path=path)
+    if not FileSystems.exists(path):  # object stores: access is the bucket's IAM policy
+        create_if_absent(path, secrets.token_hex(32).encode("ascii"))
     return SecretRef(path=path)
 
 
@@ -199,12 +208,19 @@ class _ReleaseKeys(beam.DoFn):
 
     def setup(self):
         self.mechanism, self.std, self.half, self.template = release_parts(self.config)
+        expected = self.config.secret_fingerprint
+        if expected is not None and self.config.noise.fingerprint() != expected:
+            job_config.fail("secret", f"the secret this release started with (fingerprint "
+                                      f"{expected[:12]}...) on the worker too", "another secret")
 
     def process(self, item):
         key, grouped = item
         saved = list(grouped["state"])
-        counter, halted = (CounterState.from_bytes(saved[0][0]), saved[0][1]) if saved else (
-            CounterState(self.released, 0.0) if self.released == 0 else None, None)
+        if saved and saved[0][2] != self.config.release_id:
+            job_config.fail("state", f"key states of release {self.config.release_id}",
+                            f"key states of release {saved[0][2]}")
+        counter, halted = (state_from_bytes(saved[0][0]), saved[0][1]) if saved else (
+            self.mechanism.init_state() if self.released == 0 else None, None)
         if counter is None:
             raise RuntimeError(f"no saved state for public key {key_text(key)!r}")
         if counter.steps != self.released:
@@ -223,7 +239,7 @@ class _ReleaseKeys(beam.DoFn):
                 break
             yield make_record(self.config, self.template, self.std, self.half, key, step,
                               float(value))
-        yield beam.pvalue.TaggedOutput("key_state", encode((key, (counter.to_bytes(), halted))))
+        yield beam.pvalue.TaggedOutput("key_state", encode((key, (counter.to_bytes(), halted, self.config.release_id))))
 
 
 def _read_states(pipeline, label, pattern):
@@ -307,14 +323,15 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         check_ledger(ledger, job, secret_fingerprint)
         transform = job_run.build_transform(
             job, secret, release_id=ledger["release_id"],
-            mechanism=(ledger["mechanism"], ledger["mechanism_params"]))
+            mechanism=(ledger["mechanism"], ledger["mechanism_params"]),
+            secret_fingerprint=secret_fingerprint)
         if transform.descriptor != ledger["descriptor"]:
             changed = sorted(k for k in set(ledger["descriptor"]) | set(transform.descriptor)
                              if ledger["descriptor"].get(k) != transform.descriptor.get(k))
             job_config.fail(f"release.{changed[0]}", f"what this release was started with "
                                                      f"({NEW_STATE_DIRECTORY})", changed)
     else:
-        transform = job_run.build_transform(job, secret)
+        transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
     complete = max(0, min(job.horizon, math.floor((now - job.origin) / job.step_seconds)))
     stored = [_join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:

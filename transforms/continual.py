@@ -36,8 +36,8 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.mechanisms import NAMES, ConstantNoiseSource, CounterState, make
-from transforms.mechanisms.base import NOISE_KINDS
+from transforms.mechanisms import NAMES, ConstantNoiseSource, make
+from transforms.mechanisms.base import NOISE_KINDS, state_from_bytes
 from transforms.mechanisms import _validation as check
 from transforms.mechanisms.choose import choose
 from transforms.mechanisms.privacy import PrivacyBudget
@@ -81,6 +81,12 @@ def derived_release_id(secret: bytes, digest: str) -> str:
                           + bytes.fromhex(digest)).hexdigest()[:32]
 
 
+def release_tag(config) -> bytes:
+    """16 bytes that bind a stored mechanism state to its release."""
+    return hashlib.sha256(b"dp-continual-release/state\x00" + config.release_binding
+                          ).digest()[:16]
+
+
 def _check_release_id(value) -> str:
     if not isinstance(value, str) or len(value) != 32 or any(
             c not in "0123456789abcdef" for c in value):
@@ -111,6 +117,8 @@ class ReleaseConfig:
     private: bool = True
     value_scale: float = 1.0   # records = scale x released grid units (ContinualSum's grid)
     diagnostics: bool = False
+    integer_values: bool = True  # the mechanism releases exact integers
+    secret_fingerprint: Optional[str] = None  # checked on the worker (scheduled releases)
 
     @property
     def release_binding(self) -> bytes:
@@ -144,7 +152,7 @@ def make_record(config: ReleaseConfig, template, std, half, key, step, value) ->
     integers (times the value grid of ContinualSum)."""
     steps = config.steps
     width, deviation = float(half[step]), float(std[step])
-    if config.noise_kind == "discrete":
+    if config.integer_values:
         value, width = int(value), int(width)
     low, high, scale = value - width, value + width, config.value_scale
     if scale != 1.0:
@@ -172,6 +180,27 @@ class _ReleaseFn(beam.DoFn):
 
     def setup(self):
         self.mechanism, self.std, self.half, self.template = release_parts(self.config)
+        self.tag = release_tag(self.config)
+        expected = self.config.secret_fingerprint
+        if expected is not None and self.config.noise != "zero" and \
+                self.config.noise.fingerprint() != expected:  # worker and ledger must agree
+            check.fail("secret", f"the secret this release started with (fingerprint "
+                                 f"{expected[:12]}...) on the worker too", "another secret")
+
+    def _read_state(self, counter):
+        """The key's mechanism state, refused unless it belongs to this release (a restored
+        or updated pipeline with another release id would re-draw published noise)."""
+        data = counter.read()
+        if data is None:
+            return self.mechanism.init_state()
+        if data[:len(self.tag)] != self.tag:
+            check.fail("state", f"state of release {self.config.release_id} (restored state "
+                                f"from another release would re-draw published noise)",
+                       "state of another release")
+        return state_from_bytes(data[len(self.tag):])
+
+    def _write_state(self, counter, state):
+        counter.write(self.tag + state.to_bytes())
 
     def _release_time(self, step):
         steps = self.config.steps
@@ -188,14 +217,14 @@ class _ReleaseFn(beam.DoFn):
             if self.bounded or counter.read() is None:
                 timer.set(self._release_time(0))
                 if counter.read() is None:
-                    counter.write(CounterState().to_bytes())
+                    self._write_state(counter, self.mechanism.init_state())
             return
         if step == HALT:
             current = halted.read()
             halted.write(min(value, current) if current is not None else value)
             return
         if not self.bounded:
-            released = CounterState.from_bytes(counter.read() or CounterState().to_bytes()).steps
+            released = self._read_state(counter).steps
             if step < released:
                 if self.late is not None:
                     self.late.inc()
@@ -214,7 +243,7 @@ class _ReleaseFn(beam.DoFn):
         values = pending.read() or {}
         stop = halted.read()
         mechanism = self.mechanism.for_stream(noise_stream(key))
-        state = CounterState.from_bytes(counter.read() or CounterState().to_bytes())
+        state = self._read_state(counter)
         if self.bounded:
             x = np.zeros(self.config.steps.horizon)
             for step, partials in values.items():
@@ -229,7 +258,7 @@ class _ReleaseFn(beam.DoFn):
             pending.write(values)
             if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
                 timer.set(self._release_time(step + 1))
-        counter.write(state.to_bytes())
+        self._write_state(counter, state)
         for offset, value in enumerate(outputs):
             step = first + offset
             if stop is not None and step >= stop:
@@ -433,6 +462,7 @@ class _ContinualBase(beam.PTransform):
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
                  release_id: Optional[str] = None, diagnostics: bool = False,
+                 secret_fingerprint: Optional[str] = None,
                  zero_noise_for_tests: bool = False, release_delay_steps: int = 1,
                  label: Optional[str] = None):
         super().__init__(label)
@@ -476,6 +506,8 @@ class _ContinualBase(beam.PTransform):
         if release_id is not None:
             _check_release_id(release_id)
         self._given_release_id = release_id
+        self._secret_fingerprint = secret_fingerprint
+        self._expanded = False
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.problem = self.make_problem()
@@ -539,7 +571,8 @@ class _ContinualBase(beam.PTransform):
                              declaration.max_contributions, declaration.interval_bound,
                              declaration.keys_per_unit, self.confidence, self.noise,
                              self.release_delay_steps, self.release_id, digest, self.noise_kind,
-                             self.private, self.value_scale, self.diagnostics)
+                             self.private, self.value_scale, self.diagnostics,
+                             resolved.integer_release, self._secret_fingerprint)
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,
@@ -555,7 +588,17 @@ class _ContinualBase(beam.PTransform):
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})
         return data
 
+    def _claim(self):
+        """One transform object is one release: applying it twice would release two inputs with
+        the same noise (their difference would be exact)."""
+        if self._expanded:
+            check.fail("transform", "applied once (construct a new transform for each release; "
+                                    f"release {self.release_id} was already applied)",
+                       "a second application")
+        self._expanded = True
+
     def expand(self, events):
+        self._claim()
         bounded = events.is_bounded
         stepped = events | "AssignStep" >> beam.ParDo(
             _AssignStep(self.problem, self.steps)).with_outputs(DEAD_LETTER, main="events")
@@ -788,6 +831,7 @@ class ContinualRelease(_ContinualBase):
         return problem
 
     def expand(self, events):
+        self._claim()
         stepped = events | "AssignStep" >> beam.ParDo(
             _AssignStep(self.problem, self.steps)).with_outputs(DEAD_LETTER, main="events")
         contributions = stepped.events | "AsContributions" >> beam.Map(

@@ -60,6 +60,41 @@ class CounterState:
         return cls(steps, total)
 
 
+@dataclasses.dataclass(frozen=True)
+class HistoryState:
+    """Streaming state of a mechanism whose release needs the input history (the discrete
+    square root): steps released, the integer inputs x and the rounded integer R x / g so far.
+    O(T) per key, as `pipelines.plan` says."""
+    steps: int = 0
+    inputs: Tuple[int, ...] = ()
+    rounded: Tuple[int, ...] = ()
+
+    _HEADER: ClassVar[struct.Struct] = struct.Struct("<BQ")
+    _VERSION: ClassVar[int] = 2
+
+    def to_bytes(self) -> bytes:
+        body = np.array(self.inputs + self.rounded, dtype="<i8").tobytes()
+        return self._HEADER.pack(self._VERSION, self.steps) + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "HistoryState":
+        data = bytes(data)
+        if len(data) < cls._HEADER.size or (len(data) - cls._HEADER.size) % 16:
+            check.fail("state bytes", "bytes from HistoryState.to_bytes", data[:16])
+        version, steps = cls._HEADER.unpack(data[:cls._HEADER.size])
+        values = np.frombuffer(data[cls._HEADER.size:], dtype="<i8").tolist()
+        if version != cls._VERSION or len(values) != 2 * steps:
+            check.fail("state version", f"{cls._VERSION} with 2 x steps values", version)
+        return cls(steps, tuple(values[:steps]), tuple(values[steps:]))
+
+
+def state_from_bytes(data: bytes):
+    """A mechanism state from its bytes (CounterState v1 or HistoryState v2)."""
+    if isinstance(data, (bytes, bytearray)) and data[:1] == bytes([HistoryState._VERSION]):
+        return HistoryState.from_bytes(data)
+    return CounterState.from_bytes(data)
+
+
 class ContinualMechanism(abc.ABC):
     """Base class: subclasses define L, R and the noise sum L z; this class does the rest."""
 
@@ -121,6 +156,11 @@ class ContinualMechanism(abc.ABC):
     @property
     def discrete(self) -> bool:
         return self.noise == "discrete"
+
+    @property
+    def integer_release(self) -> bool:
+        """True when every released value is an exact integer (discrete noise, integer L)."""
+        return self.discrete
 
     @property
     def noise_name(self) -> str:

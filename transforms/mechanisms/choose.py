@@ -26,20 +26,24 @@ class Candidate:
         return dataclasses.asdict(self)
 
 
-def candidate_specs(horizon: int, noise: str = "discrete") -> List[Tuple[str, dict]]:
+def candidate_specs(horizon: int, noise: str = "discrete", pure_dp: bool = False
+                    ) -> List[Tuple[str, dict]]:
     specs = [("binary_tree", {"sparsify": s}) for s in (True, False)]
     specs += [("kary_tree", {"k": k, "sparsify": s}) for k in PLAIN_ARITIES[1:]
               for s in (True, False)]
     specs += [("kary_subtraction", {"k": k, "sparsify": s}) for k in ODD_ARITIES
               for s in (True, False) if k <= max(3, 2 * horizon)]
     specs += [("smooth_binary", {})]
-    if noise == "float":  # no secure discretisation of the real-valued square root yet
+    # the discrete square root is calibrated for zCDP and horizons up to 2^20
+    if noise == "float" or (not pure_dp and horizon <= 1 << 20):
         specs += [("sqrt_toeplitz", {})]
     specs += [("naive_composition", {}), ("input_perturbation", {})]
     return specs
 
 
-def _state_description(name: str) -> str:
+def _state_description(name: str, noise: str = "float") -> str:
+    if name == "sqrt_toeplitz" and noise == "discrete":
+        return "O(T): 16 B per step (x and round(R x / g) history)"
     if name in ("sqrt_toeplitz", "input_perturbation"):
         return "17 B (+ O(T) noise vector re-derived from the seam)"
     return "17 B"
@@ -50,12 +54,13 @@ def evaluate(horizon: int, privacy: dict, max_contributions: int = 1, interval_b
              ) -> List[Candidate]:
     from . import make  # late: the factory imports this module's package
     rows = []
-    for name, params in specs or candidate_specs(horizon, noise):
+    pure_dp = "rho" not in privacy and "delta" not in privacy
+    for name, params in specs or candidate_specs(horizon, noise, pure_dp):
         mechanism = make(name, horizon, **privacy, max_contributions=max_contributions,
                          interval_bound=interval_bound, noise_source=ConstantNoiseSource(0.0),
                          noise=noise, **params)
         rows.append(Candidate(name, mechanism.params(), mechanism.max_se(), mechanism.mean_se(),
-                              mechanism.sensitivity, _state_description(name)))
+                              mechanism.sensitivity, _state_description(name, noise)))
     return rows
 
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+import math
+
 from . import _validation as check
 from . import sensitivity
-from .base import ContinualMechanism
+from .base import ContinualMechanism, HistoryState
+from .privacy import GAUSSIAN
 from .noise import stream_bytes
 
 
@@ -82,24 +85,203 @@ class ToeplitzMechanism(ContinualMechanism):
                 toeplitz_lower(self.right_coefficients()))
 
 
+FIXED_BITS = 16             # R~ = round(2^16 f) / 2^16 (non-negative, non-increasing like f)
+MAX_TOTAL_CHANGE = 1 << 36  # sum_t |x_t| per key: F x < 2^52 and y < 2^53 stay exact
+DIRECT_LIMIT = 1 << 15      # batch computes step by step (bit-identical to streaming) up to here
+ROUNDING_SHARE = 0.01       # the rounding term is at most ~1 % of the sensitivity (grid choice)
+
+
+def series_inverse(coefficients: np.ndarray) -> np.ndarray:
+    """First n coefficients of 1 / c(x) (c(0) != 0), Newton iteration with FFT products."""
+    n = coefficients.shape[0]
+    inverse = np.array([1.0 / coefficients[0]])
+    while inverse.shape[0] < n:
+        m = min(2 * inverse.shape[0], n)
+        size = 1 << (2 * m).bit_length()
+        product = np.fft.irfft(np.fft.rfft(coefficients[:m], size) * np.fft.rfft(inverse, size),
+                               size)[:m]
+        correction = -product
+        correction[0] += 2.0
+        inverse = np.fft.irfft(np.fft.rfft(inverse, size) * np.fft.rfft(correction, size),
+                               size)[:m]
+    return inverse
+
+
+def exact_convolution(coefficients: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(F * v)_t = sum_{s <= t} F[t - s] v[s] exactly in int64, for 0 <= F <= 2^16,
+    sum |v| < 2^36 and t < 2^20: 9-bit and 12-bit limbs keep every float FFT sum below 2^42,
+    far inside exact rounding; the result is checked to be integral (fails closed otherwise)."""
+    n = values.shape[0]
+    offset = int(-values.min()) if values.shape[0] and values.min() < 0 else 0
+    shifted = values + offset
+    size = 1 << (2 * n).bit_length()
+    f_limbs = [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
+    v_limbs = [(shifted >> (12 * b)) & 0xFFF for b in range(4)]
+    f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
+    total = np.zeros(n, dtype=np.int64)
+    for b, limb in enumerate(v_limbs):
+        spectrum = np.fft.rfft(limb.astype(np.float64), size)
+        for a, f_spectrum in enumerate(f_spectra):
+            raw = np.fft.irfft(f_spectrum * spectrum, size)[:n]
+            rounded = np.rint(raw)
+            if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
+                raise AssertionError("limb convolution is not exact")
+            total += rounded.astype(np.int64) << (9 * a + 12 * b)
+    if offset:
+        total -= offset * np.cumsum(coefficients[:n].astype(np.int64))
+    return total
+
+
 class SqrtToeplitz(ToeplitzMechanism):
-    """L = R = sqrt(A) (seed 003 Thm 1.1; seed 004 Sec. 8)."""
+    """L = R = sqrt(A) (seed 003 Thm 1.1; seed 004 Sec. 8).
+
+    Float noise: L (R x + z) with continuous Gaussian or Laplace z.
+    Discrete noise (zCDP only): the release is g L~ y with the integer vector
+    y = round(R~ x / g) + z, z discrete Gaussian, R~ = round(2^16 f) / 2^16 (still non-negative
+    and non-increasing, so Thm 8.4 applies), L~ = A R~^-1 (so L~ R~ = A: no bias) and the grid
+    g = 2^-G. The output depends on the data only through y (L~ is applied to y alone).
+    Sensitivity of y: |round(a) - round(b)| <= |a - b| + 1 per coordinate, and a unit changes at
+    most T coordinates, so Delta_2(y) <= Delta_2(R~) / g + sqrt(T); G is the smallest with
+    sqrt(T) <= ROUNDING_SHARE Delta_2(R~) / g (at most 1 % more noise than the real-valued R),
+    capped at 16.
+    R~ x is computed exactly in integers; streaming keeps x and round(R~ x / g) (O(T) state).
+    """
 
     name = "sqrt_toeplitz"
 
     def __init__(self, horizon, budget, noise_source, **kwargs):
         super().__init__(horizon, budget, noise_source, **kwargs)
-        if self.discrete:
-            check.fail("noise", "'float' for sqrt_toeplitz (its real-valued R has no "
-                                "discretised release yet; choose a tree for secure noise)",
-                       self.noise)
+        if self.discrete and self.distribution != GAUSSIAN:
+            check.fail("noise", "'float' for sqrt_toeplitz under pure DP (its discrete release "
+                                "is calibrated for rho or epsilon + delta)", self.noise)
+        if self.discrete and self.horizon > 1 << 20:
+            check.fail("horizon", "<= 2^20 for the discrete sqrt_toeplitz", self.horizon)
 
     def left_coefficients(self):
+        if not self.discrete:
+            return self._f()
+        if "left" not in self._cache:  # L~ = A R~^-1: prefix sums of the series inverse
+            self._cache["left"] = np.cumsum(series_inverse(self.right_coefficients()))
+        return self._cache["left"]
+
+    def _f(self):
         if "f" not in self._cache:
             self._cache["f"] = sqrt_coefficients(self.horizon)
         return self._cache["f"]
 
-    right_coefficients = left_coefficients
+    def fixed_coefficients(self) -> np.ndarray:
+        if "fixed" not in self._cache:
+            self._cache["fixed"] = np.rint(self._f() * (1 << FIXED_BITS)).astype(np.int64)
+        return self._cache["fixed"]
+
+    def right_coefficients(self):
+        if not self.discrete:
+            return self._f()
+        return self.fixed_coefficients() / float(1 << FIXED_BITS)
+
+    @property
+    def integer_release(self) -> bool:
+        return False  # g L~ y: a real-valued post-processing of the integer vector y
+
+    # ----- discrete calibration ----------------------------------------------------------------
+    def _rounding_term(self) -> float:
+        return math.sqrt(self.horizon)
+
+    @property
+    def grid_bits(self) -> int:
+        """G: the grid is g = 2^-G (0 <= G <= 16)."""
+        base = sensitivity.sensitivity(self, 2, self.max_contributions, self.interval_bound)
+        target = self._rounding_term() / (ROUNDING_SHARE * base)   # want 2^G >= target
+        return int(min(FIXED_BITS, max(0, math.ceil(math.log2(target)))))
+
+    @property
+    def grid(self) -> float:
+        return 2.0 ** -self.grid_bits
+
+    @property
+    def sensitivity(self) -> float:
+        """l2 sensitivity of the integer vector y (discrete), else of R."""
+        if "sensitivity" not in self._cache:
+            base = sensitivity.sensitivity(self, self.budget.sensitivity_norm,
+                                           self.max_contributions, self.interval_bound)
+            if self.discrete:
+                base = base * 2.0 ** self.grid_bits + self._rounding_term()
+            self._cache["sensitivity"] = base
+        return self._cache["sensitivity"]
+
+    @property
+    def node_scale(self) -> float:
+        scale = super().node_scale
+        return scale * self.grid if self.discrete else scale
+
+    @property
+    def node_variance(self) -> float:
+        variance = super().node_variance
+        return variance * self.grid ** 2 if self.discrete else variance
+
+    def confidence_half_width(self, level: float = 0.95, simultaneous: bool = False):
+        if not self.discrete:
+            return super().confidence_half_width(level, simultaneous)
+        level = check.open_unit_interval("level", level)
+        check.boolean("simultaneous", simultaneous)
+        alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
+        # discrete Gaussian nodes are sigma-subgaussian (CKS20): a weighted sum is
+        # (sigma^2 g^2 sum w^2)-subgaussian
+        proxy = self.sampler.parameter * self.grid ** 2 * self._squared_weights()
+        return np.sqrt(2.0 * proxy * math.log(2.0 / alpha))
+
+    # ----- discrete release --------------------------------------------------------------------
+    def init_state(self):
+        return HistoryState() if self.discrete else super().init_state()
+
+    def advance(self, state, values):
+        if not self.discrete:
+            return super().advance(state, values)
+        if not isinstance(state, HistoryState):
+            check.fail("state", "a HistoryState", state)
+        xs = np.asarray(values, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(xs)):
+            check.fail("values", "finite numbers", values)
+        if not np.all(xs == np.round(xs)):
+            check.fail("values", "integers for the discrete sqrt_toeplitz", "non-integers")
+        if float(np.sum(np.abs(xs))) + sum(abs(v) for v in state.inputs) >= MAX_TOTAL_CHANGE:
+            # fail closed, without the values in the message (they are private)
+            check.fail("values", f"a stream with sum |x| < 2^36 per key for the discrete "
+                                 f"sqrt_toeplitz", "a larger stream")
+        start, count = state.steps, xs.shape[0]
+        if start + count > self.horizon:
+            check.fail("steps released", f"<= horizon ({self.horizon})", start + count)
+        inputs = np.array(state.inputs + tuple(int(v) for v in xs), dtype=np.int64)
+        shift = FIXED_BITS - self.grid_bits
+        fixed = self.fixed_coefficients()
+        if start + count > DIRECT_LIMIT and count > 1:
+            products = exact_convolution(fixed, inputs)[start:]
+        else:
+            reversed_fixed = fixed[::-1].copy()
+            products = np.array([int(np.dot(reversed_fixed[self.horizon - 1 - t:],
+                                            inputs[:t + 1]))
+                                 for t in range(start, start + count)], dtype=np.int64)
+        if shift:
+            products = (products + (1 << (shift - 1))) >> shift  # round half up, exactly
+        rounded = np.concatenate((np.array(state.rounded, dtype=np.int64), products))
+        noise = self._draw(0, 0, start + count).astype(np.int64)
+        integers = (rounded + noise).astype(np.float64)  # y, exact (|y| < 2^53)
+        left = self._reversed_left()
+        if start + count > DIRECT_LIMIT and count > 1:
+            size = 1 << (2 * (start + count)).bit_length()
+            out = np.fft.irfft(np.fft.rfft(self.left_coefficients()[:start + count], size)
+                               * np.fft.rfft(integers, size), size)[start:start + count]
+        else:
+            out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
+                            for t in range(start, start + count)])
+        new_state = HistoryState(start + count, tuple(inputs.tolist()),
+                                 tuple(rounded.tolist()))
+        return self.grid * out, new_state
+
+    def _reversed_left(self) -> np.ndarray:
+        if "reversed_left" not in self._cache:
+            self._cache["reversed_left"] = self.left_coefficients()[::-1].copy()
+        return self._cache["reversed_left"]
 
     def _noise_vector(self):
         z = self._unit_z(0, self.horizon)
