@@ -325,3 +325,48 @@ def test_sums_with_discrete_noise_are_integer_units_of_the_value_grid():
     for record in noisy:
         assert (record["value"] / g) == round(record["value"] / g)
         assert record["noise"] == "discrete_laplace"
+
+
+def test_a_transform_is_one_release_and_applies_once():
+    """Applying one transform object to two inputs would give both the same noise: the
+    difference of the two outputs would be the exact difference of the data. Refused."""
+    import apache_beam as beam
+    count = ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0,
+                           secret=SecretRef(literal=b"s"))
+    with pytest.raises(ValueError, match=r"^`transform` must be applied once"):
+        with beam.Pipeline() as pipeline:
+            first = pipeline | "A" >> beam.Create([("u", "a")])
+            second = pipeline | "B" >> beam.Create([("v", "a")])
+            _ = first | "R1" >> count
+            _ = second | "R2" >> count
+
+
+class _Cell:
+    """A stand-in for one Beam ReadModifyWrite state cell (storage only)."""
+
+    def __init__(self, value=None):
+        self.value = value
+
+    def read(self):
+        return self.value
+
+    def write(self, value):
+        self.value = value
+
+
+def test_stored_state_of_another_release_is_refused():
+    """A pipeline restored or updated under a new release id must not continue the old state
+    (it would re-draw noise of published nodes)."""
+    from transforms.continual import _ReleaseFn
+    make_count = lambda release: ContinualCount(  # noqa: E731
+        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=b"s"),
+        release_id=release)
+    old = _ReleaseFn(make_count("1" * 32).config, bounded=False)
+    new = _ReleaseFn(make_count("2" * 32).config, bounded=False)
+    old.setup()
+    new.setup()
+    cell = _Cell()
+    old._write_state(cell, old.mechanism.init_state())
+    assert old._read_state(cell).steps == 0
+    with pytest.raises(ValueError, match=r"^`state` must be state of release 2{32}"):
+        new._read_state(cell)

@@ -54,7 +54,8 @@ def zcdp_audit(mechanism, samples):
 
 ZCDP_CASES = [("binary_tree", {}, "discrete"), ("kary_subtraction", {"k": 5}, "discrete"),
               ("smooth_binary", {}, "discrete"), ("naive_composition", {}, "discrete"),
-              ("sqrt_toeplitz", {}, "float"), ("kary_subtraction", {"k": 5}, "float")]
+              ("sqrt_toeplitz", {}, "discrete"), ("sqrt_toeplitz", {}, "float"),
+              ("kary_subtraction", {"k": 5}, "float")]
 
 
 @pytest.mark.parametrize("name,params,noise", ZCDP_CASES)

@@ -7,6 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from transforms.mechanisms import ConstantNoiseSource
 from transforms.mechanisms import make as make_mechanism
 from transforms.mechanisms.toeplitz import sqrt_coefficients
 
@@ -74,3 +75,87 @@ def test_fft_noise_vector_equals_direct_convolution():
     z = mechanism.noise_source.unit_noise("gaussian", mechanism.stream, 0, 0, 777)
     direct = np.convolve(sqrt_coefficients(777), z)[:777]
     np.testing.assert_allclose(mechanism._unit_noise(0, 777), direct, rtol=0, atol=1e-11)
+
+
+# ----- the discrete square root (zCDP) -------------------------------------------------------
+def discrete_sqrt(horizon, **kwargs):
+    return make_mechanism("sqrt_toeplitz", horizon, rho=0.5, **kwargs)
+
+
+def test_discrete_sqrt_streaming_equals_batch_and_resumes_from_bytes():
+    from transforms.mechanisms.base import state_from_bytes
+    x = np.random.default_rng(4).integers(-3, 6, 300)
+    mechanism = discrete_sqrt(300, seed=3, stream="k")
+    batch = mechanism.release(x)
+    state, outs = mechanism.init_state(), []
+    for value in x:
+        out, state = mechanism.step(state, value)
+        outs.append(out)
+    assert np.array_equal(np.array(outs), batch)
+    state, chunks = mechanism.init_state(), []
+    for chunk in np.array_split(x, [1, 50, 51, 200]):
+        fresh = discrete_sqrt(300, seed=3, stream="k")  # a new process: only bytes survive
+        released, state = fresh.advance(state_from_bytes(state.to_bytes()), chunk)
+        chunks.append(released)
+    assert np.array_equal(np.concatenate(chunks), batch)
+    assert len(state.to_bytes()) == 9 + 16 * 300  # O(T): x and round(R x / g) per step
+
+
+def test_discrete_sqrt_output_is_a_function_of_an_integer_vector_only():
+    """release = g L~ y with y integer: R~ release / g recovers integers (to float rounding of
+    the post-processing), and L~ R~ = A, so zero noise gives the running total up to the
+    grid's rounding."""
+    mechanism = discrete_sqrt(1000, seed=8)
+    x = np.random.default_rng(5).integers(0, 7, 1000)
+    released = mechanism.release(x)
+    left, right = mechanism.dense_factors()
+    y = right @ released / mechanism.grid
+    assert np.max(np.abs(y - np.round(y))) < 1e-6
+    np.testing.assert_allclose(left @ right, np.tril(np.ones((1000, 1000))), atol=1e-9)
+    zero = discrete_sqrt(1000, noise_source=ConstantNoiseSource(0.0))
+    assert np.max(np.abs(zero.release(x) - np.cumsum(x))) < 0.05
+    # accuracy: within 1 % of the real-valued square root's MaxSE
+    assert mechanism.max_se() <= 1.01 * make("sqrt_toeplitz", 1000, rho=0.5).max_se()
+
+
+def test_discrete_sqrt_sensitivity_covers_rounding_by_brute_force():
+    """max over v in S_{D,k} and random x of ||round(R~ (x + v) / g) - round(R~ x / g)||_2
+    never exceeds the claimed sensitivity of y (T = 8, D = 1, k = 2 and D = 2, k = 3)."""
+    from tests.mechanisms.brute_force import brute_sensitivity, sensitivity_set
+    rng = np.random.default_rng(6)
+    for d, k in ((1, 2), (2, 3)):
+        mechanism = discrete_sqrt(8, seed=1, max_contributions=k, interval_bound=d)
+        _, right = mechanism.dense_factors()
+        scale = 2.0 ** mechanism.grid_bits
+        vectors = sensitivity_set(8, d, k).astype(np.float64)
+        worst = 0.0
+        for _ in range(30):
+            x = rng.integers(-50, 50, 8).astype(np.float64)
+            base = np.floor(right @ x * scale + 0.5)
+            moved = np.floor((x + vectors) @ right.T * scale + 0.5)
+            worst = max(worst, float(np.max(np.linalg.norm(moved - base, axis=1))))
+        assert worst <= mechanism.sensitivity
+        # the rounding moves each coordinate by less than 1 around the exact image
+        assert worst >= brute_sensitivity(right, d, k, 2) * scale - math.sqrt(8)
+
+
+def test_discrete_sqrt_variance_and_coverage():
+    """Empirical noise variance against the analytic one (z-tests, false failure ~1e-5) and
+    per-step coverage >= the level (Chernoff/subgaussian intervals are conservative)."""
+    from tests.mechanisms.contract import Z_CHECK, variance_check
+    mechanism = discrete_sqrt(64, seed=12)
+    z_pooled, z_steps = variance_check(mechanism, streams=500, steps=64)
+    assert abs(z_pooled) < Z_CHECK and np.max(np.abs(z_steps)) < 5.0
+    noise = np.array([mechanism.for_stream(s).release(np.zeros(64)) for s in range(500)])
+    coverage = np.mean(np.abs(noise) <= mechanism.confidence_half_width(0.9), axis=0)
+    assert np.all(coverage >= 0.9 - Z_CHECK * math.sqrt(0.09 / 500))
+
+
+def test_discrete_sqrt_refuses_pure_dp_and_huge_streams_without_revealing_them():
+    with pytest.raises(ValueError, match=r"^`noise` must be 'float' for sqrt_toeplitz under "
+                                         r"pure DP"):
+        make_mechanism("sqrt_toeplitz", 10, epsilon=1.0)
+    mechanism = discrete_sqrt(4, seed=1)
+    with pytest.raises(ValueError, match=r"^`values` must be a stream with sum \|x\| < 2\^36 "
+                                         r".*; got 'a larger stream'\.$"):
+        mechanism.release([2.0 ** 37, 0, 0, 0])

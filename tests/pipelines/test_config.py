@@ -37,6 +37,7 @@ CASES = [
     (("transform",), "median", r"^`transform` must be one of 'count', 'sum'.*got 'median'\.$"),
     (("job",), DELETE, r"^`job` must be given; got None\.$"),
     (("job",), "a b", r"^`job` must be a name of letters, digits"),
+    (("job",), "x-operator", r"^`job` must be a name not ending in '-operator'"),
     (("input", "format"), "xml", r"^`input.format` must be one of 'jsonl', 'csv', 'parquet'; "
                                  r"got 'xml'\.$"),
     (("input", "fields"), {"timestamp": "ts", "unit": "user"},

@@ -93,6 +93,8 @@ def test_crash_mid_run_keeps_previous_checkpoint_and_next_run_completes(tmp_path
      "horizon"),
     ({"bounds": {"max_flips": 3, "max_keys_per_unit": 4, "semantics": "count"}}, "bounds"),
     ({"public_keys": ["berlin", "lisbon"]}, "public_keys"),
+    ({"input": {"path": "demo:cart_items.jsonl", "format": "jsonl", "fields": {
+        "timestamp": "ts", "op": "op", "item": "ts", "key": "store"}}}, "fields"),
 ])
 def test_ledger_refuses_a_conflicting_config(tmp_path, change, field):
     state = str(tmp_path / "state")
