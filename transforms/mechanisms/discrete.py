@@ -170,6 +170,32 @@ class DiscreteSampler:
     def _tail_mass(self):
         return self._built()[4]
 
+    _GUIDE_BITS = 16
+
+    def _guide(self):
+        """Per 16-bit prefix of a word: thresholds whose top word is below the prefix's bucket,
+        and how many fall inside it (a guide table: one gather instead of a binary search)."""
+        if len(self._built()) == 5:
+            high = self._high
+            starts = np.arange(1 << self._GUIDE_BITS, dtype=np.uint64) << np.uint64(
+                64 - self._GUIDE_BITS)
+            below = np.searchsorted(high, starts, side="left").astype(np.int64)
+            inside = np.diff(np.append(below, high.shape[0]))
+            padded = np.append(high, np.uint64(2 ** 64 - 1))
+            self._table = self._table + (below, inside > 1, padded)
+        return self._table[5], self._table[6], self._table[7]
+
+    def _count_below(self, hi: np.ndarray) -> np.ndarray:
+        """Number of thresholds whose top word is < hi (same as a left binary search)."""
+        below, dense, padded = self._guide()
+        prefix = (hi >> np.uint64(64 - self._GUIDE_BITS)).astype(np.int64)
+        first = below[prefix]
+        count = first + (padded[first] < hi)
+        crowded = np.nonzero(dense[prefix])[0]  # buckets holding several thresholds (tail)
+        if crowded.shape[0]:
+            count[crowded] = np.searchsorted(self._high, hi[crowded], side="left")
+        return count
+
     # ----- table -------------------------------------------------------------------------------
     def _weight_sequence(self):
         """Unnormalised weights w(0), w(1), ... in fixed point (w(0) = 2^PRECISION)."""
@@ -240,7 +266,7 @@ class DiscreteSampler:
         hi = words[:, 0]
         lo = words[:, 1] >> np.uint64(1)
         negative = (words[:, 1] & np.uint64(1)).astype(bool)
-        magnitude = np.searchsorted(self._high, hi, side="left").astype(np.int64)
+        magnitude = self._count_below(hi)
         # Thresholds whose top word equals u's need the low words compared (probability about
         # M 2^-64 per value); found with one gather instead of a second search.
         ties = np.nonzero(self._high[np.minimum(magnitude, self.size - 1)] == hi)[0]
