@@ -45,8 +45,8 @@ KINDS = (DISCRETE_LAPLACE, DISCRETE_GAUSSIAN)
 _PRECISION = 200            # bits of the fixed-point table arithmetic
 _UNIFORM_BITS = 127         # u is uniform on [0, 2^127)
 TABLE_TAIL_BITS = 40        # the table covers all but <= 2^-40 of the mass
-MAX_TABLE = 1 << 20         # entries (16 bytes each: 16 MiB at most); beyond it the Laplace
-                            # tail is sampled exactly, a Gaussian that needs more is refused
+MAX_TABLE = 1 << 20         # entries (16 bytes each: 16 MiB at most); beyond it the tail is
+                            # sampled exactly (a Gaussian leaving > 1e-6 there is refused)
 _LOW_MASK = (1 << 63) - 1
 
 
@@ -170,26 +170,25 @@ class DiscreteSampler:
     def _tail_mass(self):
         return self._built()[4]
 
-    _GUIDE_BITS = 16
-
     def _guide(self):
-        """Per 16-bit prefix of a word: thresholds whose top word is below the prefix's bucket,
-        and how many fall inside it (a guide table: one gather instead of a binary search)."""
+        """Per b-bit prefix of a word (b = 16, or 2 more bits than the table size needs):
+        thresholds whose top word is below the prefix's bucket, and whether several fall inside
+        it (a guide table: one gather instead of a binary search)."""
         if len(self._built()) == 5:
             high = self._high
-            starts = np.arange(1 << self._GUIDE_BITS, dtype=np.uint64) << np.uint64(
-                64 - self._GUIDE_BITS)
-            below = np.searchsorted(high, starts, side="left").astype(np.int64)
+            bits = min(22, max(16, high.shape[0].bit_length() + 2))
+            starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
+            below = np.searchsorted(high, starts, side="left").astype(np.int32)
             inside = np.diff(np.append(below, high.shape[0]))
             padded = np.append(high, np.uint64(2 ** 64 - 1))
-            self._table = self._table + (below, inside > 1, padded)
-        return self._table[5], self._table[6], self._table[7]
+            self._table = self._table + (below, inside > 1, padded, bits)
+        return self._table[5:9]
 
     def _count_below(self, hi: np.ndarray) -> np.ndarray:
         """Number of thresholds whose top word is < hi (same as a left binary search)."""
-        below, dense, padded = self._guide()
-        prefix = (hi >> np.uint64(64 - self._GUIDE_BITS)).astype(np.int64)
-        first = below[prefix]
+        below, dense, padded, bits = self._guide()
+        prefix = (hi >> np.uint64(64 - bits)).astype(np.int64)
+        first = below[prefix].astype(np.int64)
         count = first + (padded[first] < hi)
         crowded = np.nonzero(dense[prefix])[0]  # buckets holding several thresholds (tail)
         if crowded.shape[0]:
@@ -252,8 +251,11 @@ class DiscreteSampler:
                 if total - cumulative <= cutoff:
                     break
                 if len(thresholds) >= MAX_TABLE:
-                    check.fail("noise parameter", "a Gaussian variance whose sampling table "
-                                                  f"fits in {MAX_TABLE} entries", self.parameter)
+                    break  # beyond the cap the exact tail sampler takes over
+            if (total - cumulative) / total > 1e-6:
+                check.fail("noise parameter", "a Gaussian variance whose sampling table of "
+                                              f"{MAX_TABLE} entries leaves < 1e-6 to the exact "
+                                              "tail sampler", self.parameter)
             tail_mass = (total - cumulative) / total
         high = np.array([c >> 63 for c in thresholds], dtype=np.uint64)
         low = np.array([c & _LOW_MASK for c in thresholds], dtype=np.uint64)

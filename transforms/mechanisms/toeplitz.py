@@ -97,7 +97,7 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
     inverse = np.array([1.0 / coefficients[0]])
     while inverse.shape[0] < n:
         m = min(2 * inverse.shape[0], n)
-        size = 1 << (2 * m).bit_length()
+        size = 1 << (2 * m - 1).bit_length()
         product = np.fft.irfft(np.fft.rfft(coefficients[:m], size) * np.fft.rfft(inverse, size),
                                size)[:m]
         correction = -product
@@ -107,19 +107,26 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
     return inverse
 
 
-def exact_convolution(coefficients: np.ndarray, values: np.ndarray) -> np.ndarray:
+def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
+                      ) -> np.ndarray:
     """(F * v)_t = sum_{s <= t} F[t - s] v[s] exactly in int64, for 0 <= F <= 2^16,
     sum |v| < 2^36 and t < 2^20: 9-bit and 12-bit limbs keep every float FFT sum below 2^42,
     far inside exact rounding; the result is checked to be integral (fails closed otherwise)."""
     n = values.shape[0]
     offset = int(-values.min()) if values.shape[0] and values.min() < 0 else 0
     shifted = values + offset
-    size = 1 << (2 * n).bit_length()
-    f_limbs = [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
-    v_limbs = [(shifted >> (12 * b)) & 0xFFF for b in range(4)]
-    f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
+    size = 1 << max(1, (2 * n - 1).bit_length())
+    key = (n, size)
+    f_spectra = spectra.get(key) if spectra is not None else None
+    if f_spectra is None:
+        f_limbs = [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
+        f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
+        if spectra is not None:
+            spectra[key] = f_spectra
     total = np.zeros(n, dtype=np.int64)
-    for b, limb in enumerate(v_limbs):
+    for b, limb in enumerate((shifted >> (12 * b)) & 0xFFF for b in range(4)):
+        if not limb.any():
+            continue
         spectrum = np.fft.rfft(limb.astype(np.float64), size)
         for a, f_spectrum in enumerate(f_spectra):
             raw = np.fft.irfft(f_spectrum * spectrum, size)[:n]
@@ -244,20 +251,24 @@ class SqrtToeplitz(ToeplitzMechanism):
             check.fail("values", "finite numbers", values)
         if not np.all(xs == np.round(xs)):
             check.fail("values", "integers for the discrete sqrt_toeplitz", "non-integers")
-        if float(np.sum(np.abs(xs))) + sum(abs(v) for v in state.inputs) >= MAX_TOTAL_CHANGE:
+        history = np.abs(np.array(state.inputs, dtype=np.float64))
+        if float(np.sum(np.abs(xs))) + float(np.sum(history)) >= MAX_TOTAL_CHANGE:
             # fail closed, without the values in the message (they are private)
             check.fail("values", f"a stream with sum |x| < 2^36 per key for the discrete "
                                  f"sqrt_toeplitz", "a larger stream")
         start, count = state.steps, xs.shape[0]
         if start + count > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", start + count)
-        inputs = np.array(state.inputs + tuple(int(v) for v in xs), dtype=np.int64)
+        inputs = np.concatenate((np.array(state.inputs, dtype=np.int64), xs.astype(np.int64)))
         shift = FIXED_BITS - self.grid_bits
         fixed = self.fixed_coefficients()
         if start + count > DIRECT_LIMIT and count > 1:
-            products = exact_convolution(fixed, inputs)[start:]
+            products = exact_convolution(fixed, inputs,
+                                         self._cache.setdefault("fixed_spectra", {}))[start:]
         else:
-            reversed_fixed = fixed[::-1].copy()
+            reversed_fixed = self._cache.get("reversed_fixed")
+            if reversed_fixed is None:
+                reversed_fixed = self._cache["reversed_fixed"] = fixed[::-1].copy()
             products = np.array([int(np.dot(reversed_fixed[self.horizon - 1 - t:],
                                             inputs[:t + 1]))
                                  for t in range(start, start + count)], dtype=np.int64)
@@ -268,7 +279,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         integers = (rounded + noise).astype(np.float64)  # y, exact (|y| < 2^53)
         left = self._reversed_left()
         if start + count > DIRECT_LIMIT and count > 1:
-            size = 1 << (2 * (start + count)).bit_length()
+            size = 1 << (2 * (start + count) - 1).bit_length()
             out = np.fft.irfft(np.fft.rfft(self.left_coefficients()[:start + count], size)
                                * np.fft.rfft(integers, size), size)[start:start + count]
         else:
