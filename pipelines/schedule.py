@@ -332,6 +332,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
                                                      f"({NEW_STATE_DIRECTORY})", changed)
     else:
         transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
+    republish_missing(job, checkpoints)
     complete = max(0, min(job.horizon, math.floor((now - job.origin) / job.step_seconds)))
     stored = [_join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
@@ -371,6 +372,23 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
                      "nothing new (the budget covers all T steps of this release)"}
 
 
+def _published_prefix(job, released, complete) -> str:
+    # a folder of its own, so a report over `pipelines.run`'s records never mixes the two
+    return os.path.join(job.output_path, f"{job.job}-scheduled",
+                        f"records-steps-{released}-{complete}")
+
+
+def republish_missing(job, checkpoints) -> None:
+    """A run killed between its commit and `publish` left committed records unpublished: the
+    next run publishes them (the same records: they are read from the checkpoint)."""
+    start = 0
+    for complete, folder in checkpoints:
+        if not FileSystems.match([_published_prefix(job, start, complete) + "-*"])[0] \
+                .metadata_list:
+            publish(job, folder, start, complete)
+        start = complete
+
+
 def publish(job, folder, released, complete) -> None:
     """After the commit: the run's records, in the configured formats, into output.path."""
     rows = []
@@ -379,9 +397,7 @@ def publish(job, folder, released, complete) -> None:
             rows.extend(json.loads(line) for line in handle.read().decode("utf-8").splitlines()
                         if line.strip())
     rows.sort(key=lambda r: (r["key"], r["step"]))
-    # a folder of its own, so a report over `pipelines.run`'s records never mixes the two
-    out = os.path.join(job.output_path, f"{job.job}-scheduled",
-                       f"records-steps-{released}-{complete}")
+    out = _published_prefix(job, released, complete)
     from transforms.sinks import write_records_files
     write_records_files(rows, out, job.output_formats)
 

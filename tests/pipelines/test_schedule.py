@@ -225,3 +225,23 @@ def test_every_bundled_config_resumes_to_one_continuous_run(tmp_path, name):
     summary = schedule.run_once(config, state, ORIGIN + 30 * HOUR)
     assert summary["released_after"] == 12
     assert records_of(summary["records"]) == continuous(tmp_path, config)
+
+
+def test_a_run_killed_after_its_commit_is_published_by_the_next_run(tmp_path, monkeypatch):
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    original = schedule.publish
+
+    def killed(*args):
+        raise RuntimeError("killed after the commit")
+
+    monkeypatch.setattr(schedule, "publish", killed)
+    with pytest.raises(RuntimeError, match="killed after the commit"):
+        schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    monkeypatch.setattr(schedule, "publish", original)
+    job = job_config.load(config)
+    published = os.path.join(job.output_path, f"{job.job}-scheduled", "records-steps-0-4-*")
+    assert not glob.glob(published)
+    again = schedule.run_once(config, state, ORIGIN + 4.5 * HOUR)  # nothing new to release
+    assert again["new_steps"] == 0
+    assert records_of([published]) == records_of(again["records"])
