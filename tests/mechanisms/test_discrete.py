@@ -108,8 +108,9 @@ def test_exact_tail_sampler_is_the_conditional_law_at_10_sigma(kind, parameter):
 
 def test_words_beyond_the_table_are_sent_to_the_exact_tail():
     sampler = DiscreteSampler(DISCRETE_GAUSSIAN, 1.0)
-    words = np.array([[np.uint64(2 ** 64 - 1), np.uint64(2 ** 64 - 1)],
-                      [np.uint64(0), np.uint64(0)]], dtype=np.uint64)
+    words = np.array([[np.uint64(2 ** 64 - 1), np.uint64(0)],     # top words
+                      [np.uint64(2 ** 64 - 1), np.uint64(0)]],    # low words (sign bit)
+                     dtype=np.uint64)
     values = sampler.sample(words, lambda i: keyed_bits(f"w{i}"))
     assert values[0] <= -sampler.size  # top of the grid, sign bit set: negative tail
     assert values[1] == 0

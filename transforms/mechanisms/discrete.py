@@ -263,24 +263,24 @@ class DiscreteSampler:
 
     # ----- sampling ----------------------------------------------------------------------------
     def sample(self, words: np.ndarray, tail_bits: Callable[[int], BitStream]) -> np.ndarray:
-        """Values from uint64 words of shape (n, 2); `tail_bits(i)` gives sample i's exact
-        tail stream (used with probability ~2^-40 per value)."""
-        hi = words[:, 0]
-        lo = words[:, 1] >> np.uint64(1)
-        negative = (words[:, 1] & np.uint64(1)).astype(bool)
+        """Values from uint64 words of shape (2, n) (row 0: top words, row 1: low words whose
+        lowest bit is the sign); `tail_bits(i)` gives sample i's exact tail stream (used with
+        probability ~2^-40 per value)."""
+        hi, second = words[0], words[1]
         magnitude = self._count_below(hi)
-        # Thresholds whose top word equals u's need the low words compared (probability about
-        # M 2^-64 per value); found with one gather instead of a second search.
-        ties = np.nonzero(self._high[np.minimum(magnitude, self.size - 1)] == hi)[0]
-        for i in ties:
-            j = int(magnitude[i])
-            while j < self.size and int(self._high[j]) == int(hi[i]) and \
-                    int(self._low[j]) <= int(lo[i]):
+        # Rare cases, found with one gather and one scan: thresholds whose top word equals u's
+        # (compare the low words; probability about M 2^-64 per value) and values beyond the
+        # table (the exact tail; probability about 2^-40).
+        padded, size = self._guide()[2], self.size
+        for i in np.nonzero(padded[magnitude] == hi)[0]:
+            j, low = int(magnitude[i]), int(second[i]) >> 1
+            while j < size and int(self._high[j]) == int(hi[i]) and int(self._low[j]) <= low:
                 j += 1
             magnitude[i] = j
-        for i in np.nonzero(magnitude >= self.size)[0]:
+        for i in np.nonzero(magnitude >= size)[0]:
             magnitude[i] = self.tail_magnitude(tail_bits(int(i)))
-        return np.where(negative, -magnitude, magnitude)
+        np.negative(magnitude, out=magnitude, where=(second & np.uint64(1)).astype(bool))
+        return magnitude
 
     def tail_magnitude(self, bits: BitStream) -> int:
         """Exactly |X| conditioned on |X| >= M (M = table size >= 1)."""

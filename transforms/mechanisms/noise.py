@@ -163,7 +163,8 @@ class KeyedNoiseSource(NoiseSource):
                         block: int) -> np.ndarray:
         h = self._keyed.copy()
         h.update(b"D" + _length_prefixed(sampler.tag, stream) + struct.pack("<qq", level, block))
-        words = np.frombuffer(h.digest(16 * self.BLOCK), dtype="<u8").reshape(self.BLOCK, 2)
+        # rows: the BLOCK top words, then the BLOCK low words (contiguous for the lookups)
+        words = np.frombuffer(h.digest(16 * self.BLOCK), dtype="<u8").reshape(2, self.BLOCK)
 
         def tail_bits(i: int) -> BitStream:  # the node's own exact-tail stream (rarely used)
             node = self._keyed.copy()

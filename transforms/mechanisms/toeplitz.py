@@ -279,9 +279,13 @@ class SqrtToeplitz(ToeplitzMechanism):
         integers = (rounded + noise).astype(np.float64)  # y, exact (|y| < 2^53)
         left = self._reversed_left()
         if start + count > DIRECT_LIMIT and count > 1:
-            size = 1 << (2 * (start + count) - 1).bit_length()
-            out = np.fft.irfft(np.fft.rfft(self.left_coefficients()[:start + count], size)
-                               * np.fft.rfft(integers, size), size)[start:start + count]
+            n = start + count
+            size = 1 << (2 * n - 1).bit_length()
+            spectra = self._cache.setdefault("left_spectra", {})
+            if (n, size) not in spectra:
+                spectra[(n, size)] = np.fft.rfft(self.left_coefficients()[:n], size)
+            out = np.fft.irfft(spectra[(n, size)] * np.fft.rfft(integers, size),
+                               size)[start:start + count]
         else:
             out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
                             for t in range(start, start + count)])
