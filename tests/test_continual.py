@@ -370,3 +370,9 @@ def test_stored_state_of_another_release_is_refused():
     assert old._read_state(cell).steps == 0
     with pytest.raises(ValueError, match=r"^`state` must be state of release 2{32}"):
         new._read_state(cell)
+    rotated = _ReleaseFn(ContinualCount(  # same release id, another secret
+        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=b"t"),
+        release_id="1" * 32).config, bounded=False)
+    rotated.setup()
+    with pytest.raises(ValueError, match=r"^`state` must be state of release 1{32}"):
+        rotated._read_state(cell)

@@ -81,10 +81,11 @@ def derived_release_id(secret: bytes, digest: str) -> str:
                           + bytes.fromhex(digest)).hexdigest()[:32]
 
 
-def release_tag(config) -> bytes:
-    """16 bytes that bind a stored mechanism state to its release."""
+def release_tag(config, secret_fingerprint: str = "") -> bytes:
+    """16 bytes that bind a stored mechanism state to its release and its secret (state
+    continued under another secret would re-draw published noise)."""
     return hashlib.sha256(b"dp-continual-release/state\x00" + config.release_binding
-                          ).digest()[:16]
+                          + secret_fingerprint.encode("ascii")).digest()[:16]
 
 
 def _check_release_id(value) -> str:
@@ -180,10 +181,11 @@ class _ReleaseFn(beam.DoFn):
 
     def setup(self):
         self.mechanism, self.std, self.half, self.template = release_parts(self.config)
-        self.tag = release_tag(self.config)
+        fingerprint = "" if self.config.noise == "zero" else self.config.noise.fingerprint()
+        self.tag = release_tag(self.config, fingerprint)
         expected = self.config.secret_fingerprint
-        if expected is not None and self.config.noise != "zero" and \
-                self.config.noise.fingerprint() != expected:  # worker and ledger must agree
+        if expected is not None and fingerprint and fingerprint != expected:
+            # worker and ledger must agree
             check.fail("secret", f"the secret this release started with (fingerprint "
                                  f"{expected[:12]}...) on the worker too", "another secret")
 

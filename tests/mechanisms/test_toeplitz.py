@@ -156,6 +156,19 @@ def test_discrete_sqrt_refuses_pure_dp_and_huge_streams_without_revealing_them()
                                          r"pure DP"):
         make_mechanism("sqrt_toeplitz", 10, epsilon=1.0)
     mechanism = discrete_sqrt(4, seed=1)
-    with pytest.raises(ValueError, match=r"^`values` must be a stream with sum \|x\| < 2\^36 "
+    with pytest.raises(ValueError, match=r"^`values` must be a stream with sum \|x\| < 2\^46 "
                                          r".*; got 'a larger stream'\.$"):
-        mechanism.release([2.0 ** 37, 0, 0, 0])
+        mechanism.release([2.0 ** 47, 0, 0, 0])
+
+
+def test_discrete_sqrt_whose_noise_exceeds_its_table_is_refused_up_front_and_not_chosen():
+    """Small rho at long horizons: the grid-unit noise would not fit the sampling table. The
+    mechanism fails at construction (not on the worker after reading data) and auto skips it."""
+    from transforms.mechanisms.choose import choose
+    with pytest.raises(ValueError, match=r"^`rho` must be large enough for the discrete "
+                                         r"sqrt_toeplitz at horizon 65536"):
+        make_mechanism("sqrt_toeplitz", 1 << 16, rho=0.01)
+    best, rows = choose(1 << 16, {"rho": 0.01}, 1)
+    assert best.mechanism != "sqrt_toeplitz"
+    assert "sqrt_toeplitz" not in {r.mechanism for r in rows}
+    assert choose(1 << 16, {"rho": 0.01}, 1, noise="float")[0].mechanism == "sqrt_toeplitz"

@@ -86,7 +86,7 @@ class ToeplitzMechanism(ContinualMechanism):
 
 
 FIXED_BITS = 16             # R~ = round(2^16 f) / 2^16 (non-negative, non-increasing like f)
-MAX_TOTAL_CHANGE = 1 << 36  # sum_t |x_t| per key: F x < 2^52 and y < 2^53 stay exact
+MAX_TOTAL_CHANGE = 1 << 46  # sum_t |x_t| per key (7e13): F x and round(R~ x / g) fit int64
 DIRECT_LIMIT = 1 << 15      # batch computes step by step (bit-identical to streaming) up to here
 ROUNDING_SHARE = 0.01       # the rounding term is at most ~1 % of the sensitivity (grid choice)
 
@@ -110,11 +110,11 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
 def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
                       ) -> np.ndarray:
     """(F * v)_t = sum_{s <= t} F[t - s] v[s] exactly in int64, for 0 <= F <= 2^16,
-    sum |v| < 2^36 and t < 2^20: 9-bit and 12-bit limbs keep every float FFT sum below 2^42,
-    far inside exact rounding; the result is checked to be integral (fails closed otherwise)."""
+    sum |v| < 2^46 and t < 2^20. v is split into its positive and negative parts and 12-bit
+    limbs, F into 9-bit limbs: every float FFT sum stays below 2^42, far inside exact rounding,
+    and the result is checked to be integral (fails closed otherwise); each part's total is at
+    most 2^16 sum |v| < 2^62."""
     n = values.shape[0]
-    offset = int(-values.min()) if values.shape[0] and values.min() < 0 else 0
-    shifted = values + offset
     size = 1 << max(1, (2 * n - 1).bit_length())
     key = (n, size)
     f_spectra = spectra.get(key) if spectra is not None else None
@@ -122,20 +122,21 @@ def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
         f_limbs = [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
         f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
         if spectra is not None:
+            spectra.clear()  # one horizon prefix at a time (bounded memory)
             spectra[key] = f_spectra
     total = np.zeros(n, dtype=np.int64)
-    for b, limb in enumerate((shifted >> (12 * b)) & 0xFFF for b in range(4)):
-        if not limb.any():
-            continue
-        spectrum = np.fft.rfft(limb.astype(np.float64), size)
-        for a, f_spectrum in enumerate(f_spectra):
-            raw = np.fft.irfft(f_spectrum * spectrum, size)[:n]
-            rounded = np.rint(raw)
-            if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
-                raise AssertionError("limb convolution is not exact")
-            total += rounded.astype(np.int64) << (9 * a + 12 * b)
-    if offset:
-        total -= offset * np.cumsum(coefficients[:n].astype(np.int64))
+    for sign, part in ((1, np.maximum(values, 0)), (-1, np.maximum(-values, 0))):
+        for b in range(4):
+            limb = (part >> (12 * b)) & 0xFFF
+            if not limb.any():
+                continue
+            spectrum = np.fft.rfft(limb.astype(np.float64), size)
+            for a, f_spectrum in enumerate(f_spectra):
+                raw = np.fft.irfft(f_spectrum * spectrum, size)[:n]
+                rounded = np.rint(raw)
+                if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
+                    raise AssertionError("limb convolution is not exact")
+                total += sign * (rounded.astype(np.int64) << (9 * a + 12 * b))
     return total
 
 
@@ -163,6 +164,14 @@ class SqrtToeplitz(ToeplitzMechanism):
                                 "is calibrated for rho or epsilon + delta)", self.noise)
         if self.discrete and self.horizon > 1 << 20:
             check.fail("horizon", "<= 2^20 for the discrete sqrt_toeplitz", self.horizon)
+        if self.discrete:  # its sampling table must hold the noise (else fail now, not later)
+            from .discrete import MAX_TABLE
+            sigma = self.sensitivity / math.sqrt(2.0 * self.budget.rho)
+            if sigma * 4.9 > MAX_TABLE:
+                check.fail("rho", f"large enough for the discrete sqrt_toeplitz at horizon "
+                                  f"{self.horizon} (its noise of {sigma:.3g} grid units exceeds "
+                                  f"the sampling table; use a tree or noise='float')",
+                           self.budget.rho)
 
     def left_coefficients(self):
         if not self.discrete:
@@ -254,7 +263,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         history = np.abs(np.array(state.inputs, dtype=np.float64))
         if float(np.sum(np.abs(xs))) + float(np.sum(history)) >= MAX_TOTAL_CHANGE:
             # fail closed, without the values in the message (they are private)
-            check.fail("values", f"a stream with sum |x| < 2^36 per key for the discrete "
+            check.fail("values", f"a stream with sum |x| < 2^46 per key for the discrete "
                                  f"sqrt_toeplitz", "a larger stream")
         start, count = state.steps, xs.shape[0]
         if start + count > self.horizon:
@@ -269,8 +278,11 @@ class SqrtToeplitz(ToeplitzMechanism):
             reversed_fixed = self._cache.get("reversed_fixed")
             if reversed_fixed is None:
                 reversed_fixed = self._cache["reversed_fixed"] = fixed[::-1].copy()
-            products = np.array([int(np.dot(reversed_fixed[self.horizon - 1 - t:],
-                                            inputs[:t + 1]))
+            high, low = inputs >> 23, inputs & ((1 << 23) - 1)  # int64 dots stay < 2^59
+            products = np.array([(int(np.dot(reversed_fixed[self.horizon - 1 - t:],
+                                             high[:t + 1])) << 23)
+                                 + int(np.dot(reversed_fixed[self.horizon - 1 - t:],
+                                              low[:t + 1]))
                                  for t in range(start, start + count)], dtype=np.int64)
         if shift:
             products = (products + (1 << (shift - 1))) >> shift  # round half up, exactly
@@ -283,6 +295,7 @@ class SqrtToeplitz(ToeplitzMechanism):
             size = 1 << (2 * n - 1).bit_length()
             spectra = self._cache.setdefault("left_spectra", {})
             if (n, size) not in spectra:
+                spectra.clear()  # bounded memory
                 spectra[(n, size)] = np.fft.rfft(self.left_coefficients()[:n], size)
             out = np.fft.irfft(spectra[(n, size)] * np.fft.rfft(integers, size),
                                size)[start:start + count]
