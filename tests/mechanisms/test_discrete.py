@@ -108,10 +108,8 @@ def test_exact_tail_sampler_is_the_conditional_law_at_10_sigma(kind, parameter):
 
 def test_words_beyond_the_table_are_sent_to_the_exact_tail():
     sampler = DiscreteSampler(DISCRETE_GAUSSIAN, 1.0)
-    words = np.array([[np.uint64(2 ** 64 - 1), np.uint64(0)],     # top words
-                      [np.uint64(2 ** 64 - 1), np.uint64(0)]],    # low words (sign bit)
-                     dtype=np.uint64)
-    values = sampler.sample(words, lambda i: keyed_bits(f"w{i}"))
+    top = np.array([2 ** 64 - 1, 0], dtype=np.uint64)
+    values = sampler.sample(top, np.array([True, False]), lambda i: keyed_bits(f"w{i}"))
     assert values[0] <= -sampler.size  # top of the grid, sign bit set: negative tail
     assert values[1] == 0
 
@@ -156,3 +154,37 @@ def test_bad_sampler_arguments(name, value):
     kind, parameter = (value, 1.0) if name == "noise kind" else (DISCRETE_LAPLACE, value)
     with pytest.raises(ValueError, match=rf"^`{name}` must be "):
         DiscreteSampler(kind, parameter)
+
+
+class _FixedWordBits(BitStream):
+    """A node stream whose first 63-bit word is `low` (then keyed bits for any tail)."""
+
+    def __init__(self, low: int, label: str):
+        super().__init__(hashlib.shake_256(label.encode()).digest)
+        self._low = low
+
+    def word(self, bits):
+        value, self._low = self._low, None
+        return value if value is not None else super().word(bits)
+
+
+@pytest.mark.parametrize("kind,parameter", [(DISCRETE_LAPLACE, 3.0), (DISCRETE_GAUSSIAN, 4.0)])
+def test_sampled_magnitude_is_the_exact_127_bit_count_including_ties(kind, parameter):
+    """Magnitude = #{m : C_m <= u} for u = top 2^63 + low, compared with Python integers on
+    random u and on crafted ties (u = C_m and C_m - 1, whose top word equals a threshold's)."""
+    sampler = DiscreteSampler(kind, parameter)
+    size = sampler.size
+    thresholds = [(int(h) << 63) | int(lo) for h, lo in zip(sampler._high, sampler._low)]
+    rng = np.random.default_rng(5)
+    us = [int(a) << 63 | int(b) for a, b in zip(rng.integers(0, 2 ** 63, 500, dtype=np.uint64) * 2
+                                               + rng.integers(0, 2, 500, dtype=np.uint64),
+                                               rng.integers(0, 2 ** 63, 500, dtype=np.uint64))]
+    us += [c + d for c in thresholds[:50] for d in (-1, 0, 1)]
+    us = [u for u in us if u < thresholds[-1]]  # beyond the table: the tail test covers it
+    top = np.array([u >> 63 for u in us], dtype=np.uint64)
+    lows = [u & ((1 << 63) - 1) for u in us]
+    values = sampler.sample(top, np.zeros(len(us), dtype=bool),
+                            lambda i: _FixedWordBits(lows[i], f"t{i}"))
+    expected = [sum(c <= u for c in thresholds) for u in us]
+    assert values.tolist() == expected
+    assert size == len(thresholds)

@@ -11,8 +11,9 @@ release is a vector of integers, and the guarantee holds in exact arithmetic:
   independent coordinates).
 
 How one value is drawn (vectorised, deterministic per node):
-1. From two 64-bit words, a uniform u on the 127-bit grid {0, ..., 2^127 - 1} (the lowest bit of
-   the second word is the sign).
+1. A uniform u on the 127-bit grid {0, ..., 2^127 - 1}: its top 64 bits are one keyed word, its
+   low 63 bits are read (from the value's own keyed stream) only when the top word alone cannot
+   decide, i.e. equals a threshold's top word; one more keyed bit is the sign.
 2. |X| = number of table thresholds C_m <= u, with C_m = floor(2^127 F(m)) and F the exact CDF
    of |X| computed in 200-bit fixed point (parameters are exact rationals: the float given).
    The table covers magnitudes 0 .. M-1, where M is the first magnitude with tail mass
@@ -73,6 +74,11 @@ class BitStream:
         out = self._buffer[self._used:self._used + count]
         self._used += count
         return out
+
+    def word(self, bits: int) -> int:
+        """Uniform on {0, ..., 2^bits - 1}."""
+        width = (bits + 7) // 8
+        return int.from_bytes(self._take(width), "little") & ((1 << bits) - 1)
 
     def below(self, n: int) -> int:
         """Uniform on {0, ..., n - 1} (rejection, exact)."""
@@ -178,7 +184,7 @@ class DiscreteSampler:
             high = self._high
             bits = min(22, max(16, high.shape[0].bit_length() + 2))
             starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
-            below = np.searchsorted(high, starts, side="left").astype(np.int32)
+            below = np.searchsorted(high, starts, side="left").astype(np.int64)
             inside = np.diff(np.append(below, high.shape[0]))
             padded = np.append(high, np.uint64(2 ** 64 - 1))
             self._table = self._table + (below, inside > 1, padded, bits)
@@ -188,7 +194,7 @@ class DiscreteSampler:
         """Number of thresholds whose top word is < hi (same as a left binary search)."""
         below, dense, padded, bits = self._guide()
         prefix = (hi >> np.uint64(64 - bits)).astype(np.int64)
-        first = below[prefix].astype(np.int64)
+        first = below[prefix]
         count = first + (padded[first] < hi)
         crowded = np.nonzero(dense[prefix])[0]  # buckets holding several thresholds (tail)
         if crowded.shape[0]:
@@ -262,24 +268,25 @@ class DiscreteSampler:
         return len(thresholds), high, low, float(variance), float(tail_mass)
 
     # ----- sampling ----------------------------------------------------------------------------
-    def sample(self, words: np.ndarray, tail_bits: Callable[[int], BitStream]) -> np.ndarray:
-        """Values from uint64 words of shape (2, n) (row 0: top words, row 1: low words whose
-        lowest bit is the sign); `tail_bits(i)` gives sample i's exact tail stream (used with
-        probability ~2^-40 per value)."""
-        hi, second = words[0], words[1]
-        magnitude = self._count_below(hi)
-        # Rare cases, found with one gather and one scan: thresholds whose top word equals u's
-        # (compare the low words; probability about M 2^-64 per value) and values beyond the
-        # table (the exact tail; probability about 2^-40).
+    def sample(self, top: np.ndarray, negative: np.ndarray,
+               node_bits: Callable[[int], BitStream]) -> np.ndarray:
+        """Values from the top 64-bit words of u (uint64, shape (n,)) and sign flags (bool);
+        `node_bits(i)` is value i's own keyed bit stream, read only in the rare cases: u's low
+        63 bits when its top word equals a threshold's (probability about M 2^-64 per value),
+        then the exact tail (probability about 2^-40)."""
+        magnitude = self._count_below(top)
         padded, size = self._guide()[2], self.size
-        for i in np.nonzero(padded[magnitude] == hi)[0]:
-            j, low = int(magnitude[i]), int(second[i]) >> 1
-            while j < size and int(self._high[j]) == int(hi[i]) and int(self._low[j]) <= low:
+        streams = {}
+        for i in np.nonzero(padded[magnitude] == top)[0]:
+            bits = streams[i] = node_bits(int(i))
+            j, low = int(magnitude[i]), bits.word(63)
+            while j < size and int(self._high[j]) == int(top[i]) and int(self._low[j]) <= low:
                 j += 1
             magnitude[i] = j
         for i in np.nonzero(magnitude >= size)[0]:
-            magnitude[i] = self.tail_magnitude(tail_bits(int(i)))
-        np.negative(magnitude, out=magnitude, where=(second & np.uint64(1)).astype(bool))
+            bits = streams.get(i) or node_bits(int(i))
+            magnitude[i] = self.tail_magnitude(bits)
+        np.negative(magnitude, out=magnitude, where=negative)
         return magnitude
 
     def tail_magnitude(self, bits: BitStream) -> int:

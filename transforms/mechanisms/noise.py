@@ -1,7 +1,7 @@
 """The one noise-source seam.
 
 Noise for node `index` on tree `level` of stream `stream` is a deterministic function of
-(secret, release, distribution, stream, level, index): it is read from SHAKE-256 in counter mode,
+(secret, release, distribution, stream, level, index): it is read from SHAKE-128 in counter mode,
 one hash call per aligned block of BLOCK nodes, and turned into
 - discrete Laplace / discrete Gaussian integers (the default; `discrete.py`, exact tables), or
 - standard Laplace (scale 1) or standard Gaussian (variance 1) float64 values (opt-in `float`
@@ -31,7 +31,7 @@ from .discrete import BitStream, DiscreteSampler
 from .privacy import GAUSSIAN, LAPLACE
 
 StreamKey = Union[str, bytes, int]
-_DOMAIN = b"dp-continual-release/noise/v2\x00"
+_DOMAIN = b"dp-continual-release/noise/v3\x00"
 _DISTRIBUTION_TAG = {LAPLACE: b"L", GAUSSIAN: b"G"}
 
 
@@ -91,7 +91,8 @@ class NoiseSource(abc.ABC):
 
 
 class KeyedNoiseSource(NoiseSource):
-    """SHAKE-256 counter-mode noise keyed by a secret (the production source)."""
+    """SHAKE-128 counter-mode noise keyed by a secret (the production source; 128-bit security
+    for a secret of >= 16 bytes)."""
 
     BLOCK = 1024  # nodes per hash call; even, so Box-Muller pairs never straddle blocks
 
@@ -103,7 +104,7 @@ class KeyedNoiseSource(NoiseSource):
             check.fail("secret", "non-empty bytes or str", secret)
         if not isinstance(release, bytes):
             check.fail("release", "bytes (release id and descriptor digest)", release)
-        self._keyed = hashlib.shake_256(_DOMAIN + _length_prefixed(secret, release))
+        self._keyed = hashlib.shake_128(_DOMAIN + _length_prefixed(secret, release))
         self._cache: "collections.OrderedDict[tuple, np.ndarray]" = collections.OrderedDict()
         self._cache_blocks = cache_blocks
 
@@ -113,7 +114,7 @@ class KeyedNoiseSource(NoiseSource):
 
     def _raw_block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
         if isinstance(distribution, DiscreteSampler):
-            return self._discrete_block(distribution, stream, level, block)
+            return self._discrete_blocks(distribution, stream, level, block, 1)
         h = self._keyed.copy()
         h.update(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream
                  + struct.pack("<qq", level, block))
@@ -151,28 +152,42 @@ class KeyedNoiseSource(NoiseSource):
             check.fail("start", "a node index >= 0", start)
         key = stream_bytes(stream)
         first, last = start // self.BLOCK, (start + count - 1) // self.BLOCK
+        offset = start - first * self.BLOCK
         if last - first < 4:
             blocks = [self._block(distribution, key, level, b) for b in range(first, last + 1)]
-        else:  # batch sizes: do not flood the cache
-            blocks = [self._raw_block(distribution, key, level, b) for b in range(first, last + 1)]
-        joined = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-        offset = start - first * self.BLOCK
+            joined = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        elif isinstance(distribution, DiscreteSampler):  # batch: one vectorised pass, no cache
+            joined = self._discrete_blocks(distribution, key, level, first, last + 1 - first)
+        else:
+            joined = np.concatenate([self._raw_block(distribution, key, level, b)
+                                     for b in range(first, last + 1)])
         return joined[offset:offset + count]
 
-    def _discrete_block(self, sampler: DiscreteSampler, stream: bytes, level: int,
-                        block: int) -> np.ndarray:
-        h = self._keyed.copy()
-        h.update(b"D" + _length_prefixed(sampler.tag, stream) + struct.pack("<qq", level, block))
-        # rows: the BLOCK top words, then the BLOCK low words (contiguous for the lookups)
-        words = np.frombuffer(h.digest(16 * self.BLOCK), dtype="<u8").reshape(2, self.BLOCK)
+    def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
+                         first: int, blocks: int) -> np.ndarray:
+        """Nodes of `blocks` consecutive blocks from `first`. Block b is
+        SHAKE-128(key, "D", sampler, stream, level, b): BLOCK words (the top 64 bits of each
+        node's uniform), then BLOCK sign bits; node i's own stream ("T", its index) gives the
+        rarely needed low bits and exact tail."""
+        n = self.BLOCK
+        top = np.empty(blocks * n, dtype=np.uint64)
+        negative = np.empty(blocks * n, dtype=bool)
+        prefix = b"D" + _length_prefixed(sampler.tag, stream)
+        for j in range(blocks):
+            h = self._keyed.copy()
+            h.update(prefix + struct.pack("<qq", level, first + j))
+            raw = h.digest(8 * n + n // 8)  # n top words, then n sign bits
+            top[j * n:(j + 1) * n] = np.frombuffer(raw, dtype="<u8", count=n)
+            negative[j * n:(j + 1) * n] = np.unpackbits(
+                np.frombuffer(raw, dtype=np.uint8, offset=8 * n), bitorder="little")
 
-        def tail_bits(i: int) -> BitStream:  # the node's own exact-tail stream (rarely used)
+        def node_bits(i: int) -> BitStream:  # the node's own stream (rarely used)
             node = self._keyed.copy()
             node.update(b"T" + _length_prefixed(sampler.tag, stream)
-                        + struct.pack("<qq", level, block * self.BLOCK + i))
+                        + struct.pack("<qq", level, first * n + i))
             return BitStream(node.digest)
 
-        return sampler.sample(words, tail_bits).astype(np.float64)
+        return sampler.sample(top, negative, node_bits).astype(np.float64)
 
 
 class ConstantNoiseSource(NoiseSource):

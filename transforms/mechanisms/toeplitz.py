@@ -107,23 +107,36 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
     return inverse
 
 
+def _exact_rounding(raw: np.ndarray) -> np.ndarray:
+    rounded = np.rint(raw)
+    if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
+        raise AssertionError("limb convolution is not exact")
+    return rounded.astype(np.int64)
+
+
 def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
                       ) -> np.ndarray:
     """(F * v)_t = sum_{s <= t} F[t - s] v[s] exactly in int64, for 0 <= F <= 2^16,
-    sum |v| < 2^46 and t < 2^20. v is split into its positive and negative parts and 12-bit
-    limbs, F into 9-bit limbs: every float FFT sum stays below 2^42, far inside exact rounding,
-    and the result is checked to be integral (fails closed otherwise); each part's total is at
-    most 2^16 sum |v| < 2^62."""
+    sum |v| < 2^46 and t < 2^20. Every float FFT sum is kept below 2^42 in magnitude, far inside
+    exact rounding, and the result is checked to be integral (fails closed otherwise):
+    - sum |v| < 2^26 (e.g. counts): one signed product with the whole F (|sum| <= 2^16 sum |v|);
+    - otherwise v is split into its positive and negative parts and 12-bit limbs, F into 9-bit
+      limbs (each limb product is below 2^9 2^12 2^20 = 2^41); each part's total is at most
+      2^16 sum |v| < 2^62."""
     n = values.shape[0]
     size = 1 << max(1, (2 * n - 1).bit_length())
     key = (n, size)
     f_spectra = spectra.get(key) if spectra is not None else None
     if f_spectra is None:
-        f_limbs = [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
+        f_limbs = [coefficients[:n]] + [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
         f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
         if spectra is not None:
             spectra.clear()  # one horizon prefix at a time (bounded memory)
             spectra[key] = f_spectra
+    whole, limb_spectra = f_spectra[0], f_spectra[1:]
+    if int(np.sum(np.abs(values))) < 1 << 26:
+        spectrum = np.fft.rfft(values.astype(np.float64), size)
+        return _exact_rounding(np.fft.irfft(whole * spectrum, size)[:n])
     total = np.zeros(n, dtype=np.int64)
     for sign, part in ((1, np.maximum(values, 0)), (-1, np.maximum(-values, 0))):
         for b in range(4):
@@ -131,12 +144,9 @@ def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
             if not limb.any():
                 continue
             spectrum = np.fft.rfft(limb.astype(np.float64), size)
-            for a, f_spectrum in enumerate(f_spectra):
-                raw = np.fft.irfft(f_spectrum * spectrum, size)[:n]
-                rounded = np.rint(raw)
-                if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
-                    raise AssertionError("limb convolution is not exact")
-                total += sign * (rounded.astype(np.int64) << (9 * a + 12 * b))
+            for a, f_spectrum in enumerate(limb_spectra):
+                rounded = _exact_rounding(np.fft.irfft(f_spectrum * spectrum, size)[:n])
+                total += sign * (rounded << (9 * a + 12 * b))
     return total
 
 
