@@ -67,8 +67,8 @@ def test_deterministic_drops():
 
 
 @pytest.mark.parametrize("record,reason", [
-    ((0, None, "a"), "unit id is missing"),
-    ((0, "u", None), "key is missing"),
+    ((0, None, "a"), "unit id must be a non-empty str or int"),
+    ((0, "u", None), "key must be a non-empty str or int"),
     ((3, "u", "a"), "step must be an integer in [0, 3); got 3"),
     ((0, "u"), "record must be (step, unit, key)"),
 ])

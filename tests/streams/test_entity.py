@@ -204,9 +204,9 @@ def test_set_semantics_last_update_of_the_step_wins():
     ((5, "+", "a"), "step must be an integer in [0, 3); got 5"),
     ((-1, "+", "a"), "step must be an integer in [0, 3); got -1"),
     ((1.0, "+", "a"), "step must be an integer in [0, 3); got 1.0"),
-    ((0, "+", None), "item id is missing"),
-    ((0, "+", ""), "item id is missing"),
-    ((0, "+", ["list"]), "item id must be hashable; got list"),
+    ((0, "+", None), "item id must be a non-empty str or int"),
+    ((0, "+", ""), "item id must be a non-empty str or int"),
+    ((0, "+", ["list"]), "item id must be a non-empty str or int"),
     ((0, "+"), "record must be (step, op, entity) or (step, op, entity, key)"),
     ("garbage", "record must be (step, op, entity) or (step, op, entity, key)"),
 ])

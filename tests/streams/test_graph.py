@@ -170,7 +170,7 @@ def test_triangle_bound_violation_fails_closed_naming_bound_and_step():
 
 @pytest.mark.parametrize("record,reason", [
     ((0, "+", (1, 1)), "self-loop (1, 1) is not an edge"),
-    ((0, "+", (1, None)), "edge endpoint is missing"),
+    ((0, "+", (1, None)), "edge endpoints must be non-empty str or int ids"),
     ((0, "+", 7), "edge must be a pair (a, b); got 7"),
     ((0, "x", (1, 2)), "op must be '+' or '-'; got 'x'"),
     ((9, "+", (1, 2)), "step must be an integer in [0, 2); got 9"),

@@ -13,7 +13,8 @@ import math
 from typing import Any
 
 from transforms.mechanisms import _validation as check
-from transforms.streams.count import UnitState, canonical
+from transforms.streams.count import UnitState
+from transforms.streams.records import canonical
 from transforms.streams.entity import EntityState
 from transforms.streams.graph import EdgeState, TriangleCounter
 

@@ -17,10 +17,7 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
 from transforms.mechanisms import _validation as check
 
-
-def canonical(value) -> tuple:
-    """A total order on heterogeneous keys that does not depend on hashing or the process."""
-    return type(value).__name__, repr(value)
+from .records import canonical
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,24 +1,26 @@
 """Batch drivers: raw records -> per-key difference streams d[key][t], t = 0..T-1.
 
 Each driver validates records (bad ones become dead letters with a reason), groups updates by
-privacy unit, runs that unit's state machine step by step (the same machine a Beam stateful DoFn
-runs per unit), and adds the unit's contributions to the key streams. `dropped` counts what
+privacy unit, runs the one units loop (`units.advance_unit`, the loop both Beam paths and the
+scheduler run) and adds the unit's contributions to the key streams. `dropped` counts what
 truncation removed, by reason; nothing vanishes silently.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Dict, Hashable, Iterable, List, Optional
+from typing import Any, Dict, Hashable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from transforms.mechanisms import _validation as check
 
-from .count import ContributionBounds, UnitState, canonical
+from .count import ContributionBounds
 from .entity import EntityCardinality, count_distinct
-from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
-from .records import (DeadLetter, Declaration, validate_event, validate_update)
+from .graph import BoundViolation
+from .records import DeadLetter, Declaration, canonical, validate_event, validate_update
+from .units import (CountProblem, DegreeProblem, EntityProblem, Halt, Problem, TriangleProblem,
+                    advance_unit)
 
 
 @dataclasses.dataclass
@@ -66,31 +68,22 @@ def _grouped_updates(records, horizon, edge, dead):
     return _group(records, parse, dead)
 
 
-def _admit_keys(admitted: List, keys_this_step: Iterable, cap: int) -> None:
-    for key in sorted(set(keys_this_step) - set(admitted), key=canonical):
-        if len(admitted) < cap:
-            admitted.append(key)
-
-
-def _run_keyed_units(grouped, machine, max_keys_per_unit, dropped, emit) -> None:
-    """For each unit: admit keys (cap), run its machine per key and step, emit changes."""
-    for unit, steps in grouped.items():
-        admitted: List = []
-        states: Dict[Hashable, Any] = {}
-        for step in sorted(steps):
-            _admit_keys(admitted, (key for _, key in steps[step]), max_keys_per_unit)
-            by_key: Dict[Hashable, List[str]] = collections.defaultdict(list)
-            for op, key in steps[step]:
-                if key in admitted:
-                    by_key[key].append(op)
-                else:
-                    dropped["key cap"] += 1
-            for key, ops in by_key.items():
-                change, states[key], lost = machine.step(states.get(key, machine.init_state()),
-                                                         ops)
-                dropped["contribution bound"] += lost
-                if change:
-                    emit(unit, key, step, change)
+def _run_units(problem: Problem, grouped, horizon: int, dtype, dropped) -> Tuple[
+        Dict[Hashable, np.ndarray], Optional[Halt]]:
+    """The one units loop (`units.advance_unit`) over every unit; contributions are added to
+    the key streams. Returns the streams and the earliest halt (fail-closed violation)."""
+    streams: Dict[Hashable, np.ndarray] = {}
+    first_halt: Optional[Halt] = None
+    for unit in sorted(grouped, key=canonical):
+        by_step = grouped[unit]
+        steps = range(horizon) if problem.every_step else sorted(by_step)
+        run = advance_unit(problem, unit, problem.init_state(), by_step, steps)
+        dropped.update(run.dropped)
+        for key, step, value in run.contributions:
+            streams.setdefault(key, np.zeros(horizon, dtype=dtype))[step] += value
+        if run.halt is not None and (first_halt is None or run.halt.step < first_halt.step):
+            first_halt = run.halt
+    return streams, first_halt
 
 
 def entity_difference_streams(records: Iterable[Any], horizon: int,
@@ -99,18 +92,12 @@ def entity_difference_streams(records: Iterable[Any], horizon: int,
     """The generic hook: any per-entity cardinality g with declared (D, k), per public key."""
     horizon = check.integer_at_least("horizon", horizon, 1)
     check.integer_at_least("max_keys_per_unit", max_keys_per_unit, 1)
+    problem = EntityProblem(cardinality, max_keys_per_unit, unit)
     dead: List[DeadLetter] = []
     dropped = collections.Counter()
-    streams: Dict[Hashable, np.ndarray] = {}
-
-    def emit(entity, key, step, change):
-        streams.setdefault(key, np.zeros(horizon, dtype=np.int64))[step] += change
-
-    _run_keyed_units(_grouped_updates(records, horizon, False, dead), cardinality,
-                     max_keys_per_unit, dropped, emit)
-    declaration = Declaration(cardinality.interval_bound, cardinality.max_contributions,
-                              max_keys_per_unit, unit)
-    return DifferenceStreams(horizon, streams, declaration, dead, dict(dropped))
+    streams, _ = _run_units(problem, _grouped_updates(records, horizon, False, dead), horizon,
+                            np.int64, dropped)
+    return DifferenceStreams(horizon, streams, problem.declaration, dead, dict(dropped))
 
 
 def count_distinct_streams(records, horizon, max_flips, max_keys_per_unit=1,
@@ -125,6 +112,7 @@ def count_streams(records, horizon, bounds: ContributionBounds) -> DifferenceStr
     when bounds.max_value is set) with per-unit caps; S_{k,k} per key."""
     horizon = check.integer_at_least("horizon", horizon, 1)
     with_value = bounds.max_value is not None
+    problem = CountProblem(bounds, with_value=with_value)
     dead: List[DeadLetter] = []
 
     def parse(record):
@@ -134,44 +122,22 @@ def count_streams(records, horizon, bounds: ContributionBounds) -> DifferenceStr
         step, unit, key, value = parsed
         return (unit, step, (key, value)), None
 
-    by_unit = _group(records, parse, dead)
-    dtype = np.float64 if with_value else np.int64
-    streams: Dict[Hashable, np.ndarray] = {}
     dropped = collections.Counter()
-    for unit, steps in by_unit.items():
-        state = UnitState()
-        for step in sorted(steps):
-            out, state, lost = bounds.step(state, steps[step])
-            dropped["contribution bound"] += len(lost)
-            for key, amount in out.items():
-                streams.setdefault(key, np.zeros(horizon, dtype=dtype))[step] += amount
-    declaration = Declaration(bounds.max_contributions, bounds.max_contributions,
-                              bounds.max_keys_per_unit, "user")
-    return DifferenceStreams(horizon, streams, declaration, dead, dict(dropped))
-
-
-def _node_key(graph_key, node):
-    return node if graph_key is None else (graph_key, node)
+    streams, _ = _run_units(problem, _group(records, parse, dead), horizon,
+                            np.float64 if with_value else np.int64, dropped)
+    return DifferenceStreams(horizon, streams, problem.declaration, dead, dict(dropped))
 
 
 def degree_streams(records, horizon, max_updates, max_keys_per_unit=1,
                    semantics="count") -> DifferenceStreams:
     """DegreeCount: one stream per node (per (graph key, node) if records carry a key)."""
     horizon = check.integer_at_least("horizon", horizon, 1)
-    machine = EdgeDegreeContribution(max_updates, semantics)
+    problem = DegreeProblem(max_updates, max_keys_per_unit, semantics)
     dead: List[DeadLetter] = []
     dropped = collections.Counter()
-    streams: Dict[Hashable, np.ndarray] = {}
-
-    def emit(edge, key, step, change):
-        for node in edge:
-            streams.setdefault(_node_key(key, node),
-                               np.zeros(horizon, dtype=np.int64))[step] += change
-
-    _run_keyed_units(_grouped_updates(records, horizon, True, dead), machine, max_keys_per_unit,
-                     dropped, emit)
-    declaration = Declaration(1, max_updates, 2 * max_keys_per_unit, "edge")
-    return DifferenceStreams(horizon, streams, declaration, dead, dict(dropped))
+    streams, _ = _run_units(problem, _grouped_updates(records, horizon, True, dead), horizon,
+                            np.int64, dropped)
+    return DifferenceStreams(horizon, streams, problem.declaration, dead, dict(dropped))
 
 
 def triangle_streams(records, horizon, max_degree, max_contribution, semantics="count",
@@ -182,6 +148,7 @@ def triangle_streams(records, horizon, max_degree, max_contribution, semantics="
     steps before the first violation (`valid_steps`) and the message (`violation`).
     """
     horizon = check.integer_at_least("horizon", horizon, 1)
+    problem = TriangleProblem(max_degree, max_contribution, semantics=semantics)
     dead: List[DeadLetter] = []
 
     def parse(record):
@@ -191,27 +158,16 @@ def triangle_streams(records, horizon, max_degree, max_contribution, semantics="
         step, op, edge, key = parsed
         return (key, step, (op, edge)), None
 
-    by_key = _group(records, parse, dead)
-    streams: Dict[Hashable, np.ndarray] = {}
-    valid_steps, violation = horizon, None
-    for key in sorted(by_key, key=canonical):
-        counter = TriangleCounter(max_degree, max_contribution, semantics)
-        stream = np.zeros(horizon, dtype=np.int64)
-        for step in range(horizon):
-            try:
-                stream[step] = counter.step(step, by_key[key].get(step, ()))
-            except BoundViolation as error:
-                if strict:
-                    raise
-                valid_steps = min(valid_steps, step)
-                violation = str(error)
-                break
-        streams[key] = stream
+    streams, halt = _run_units(problem, _group(records, parse, dead), horizon, np.int64,
+                               collections.Counter())
+    if halt is not None and strict:
+        raise BoundViolation(halt.reason)
+    valid_steps = horizon if halt is None else halt.step
+    for key in streams:
+        streams[key][valid_steps:] = 0
     declaration = Declaration(max_degree, max_contribution, 1, "edge",
                               restricted_to=f"graphs whose maximum degree is <= {max_degree} and "
                                             f"whose maximum triangle contribution is <= "
                                             f"{max_contribution}")
-    if violation is not None:
-        for key in streams:
-            streams[key][valid_steps:] = 0
-    return DifferenceStreams(horizon, streams, declaration, dead, {}, valid_steps, violation)
+    return DifferenceStreams(horizon, streams, declaration, dead, {}, valid_steps,
+                             None if halt is None else halt.reason)

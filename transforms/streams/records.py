@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Hashable, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 INSERT, DELETE = "+", "-"
 OPS = (INSERT, DELETE)
@@ -39,6 +39,20 @@ class Declaration:
         if rho is not None:
             return {"rho": rho / self.keys_per_unit}
         return {"epsilon": epsilon / self.keys_per_unit}
+
+
+def canonical(value) -> tuple:
+    """A total order on heterogeneous keys that does not depend on hashing or the process."""
+    return type(value).__name__, repr(value)
+
+
+def is_id(value) -> bool:
+    """The one id rule for units, items, keys and edge endpoints: a non-empty str, an int (not
+    a bool), or a tuple of ids (e.g. (graph, node))."""
+    if isinstance(value, tuple):
+        return len(value) > 0 and all(is_id(v) for v in value)
+    return (isinstance(value, str) and value != "") or (
+        isinstance(value, int) and not isinstance(value, bool))
 
 
 def canonical_edge(a, b) -> tuple:
@@ -74,21 +88,15 @@ def validate_update(record: Any, horizon: int, *, edge: bool) -> Tuple[Optional[
         if not isinstance(entity, (tuple, list)) or len(entity) != 2:
             return None, DeadLetter(record, f"edge must be a pair (a, b); got {entity!r}")
         a, b = entity
-        if a is None or b is None:
-            return None, DeadLetter(record, "edge endpoint is missing")
+        if not (is_id(a) and is_id(b)):
+            return None, DeadLetter(record, "edge endpoints must be non-empty str or int ids")
         if a == b:
             return None, DeadLetter(record, f"self-loop ({a!r}, {b!r}) is not an edge")
-        if not isinstance(a, Hashable) or not isinstance(b, Hashable):
-            return None, DeadLetter(record, "edge endpoints must be hashable ids")
         entity = canonical_edge(a, b)
-    else:
-        if entity is None or entity == "":
-            return None, DeadLetter(record, "item id is missing")
-        if not isinstance(entity, Hashable):
-            return None, DeadLetter(record,
-                                    f"item id must be hashable; got {type(entity).__name__}")
-    if not isinstance(key, Hashable):
-        return None, DeadLetter(record, f"key must be hashable; got {type(key).__name__}")
+    elif not is_id(entity):
+        return None, DeadLetter(record, "item id must be a non-empty str or int")
+    if key is not None and not is_id(key):
+        return None, DeadLetter(record, "key must be a non-empty str or int")
     return (step, op, entity, key), None
 
 
@@ -102,12 +110,10 @@ def validate_event(record: Any, horizon: int, *, with_value: bool):
     value = record[3] if with_value else 1
     if not _is_step(step, horizon):
         return None, DeadLetter(record, f"step must be an integer in [0, {horizon}); got {step!r}")
-    if unit is None or unit == "":
-        return None, DeadLetter(record, "unit id is missing")
-    if key is None:
-        return None, DeadLetter(record, "key is missing")
-    if not isinstance(unit, Hashable) or not isinstance(key, Hashable):
-        return None, DeadLetter(record, "unit and key must be hashable")
+    if not is_id(unit):
+        return None, DeadLetter(record, "unit id must be a non-empty str or int")
+    if not is_id(key):
+        return None, DeadLetter(record, "key must be a non-empty str or int")
     if (isinstance(value, bool) or not isinstance(value, numbers.Real)
             or value != value or value in (float("inf"), float("-inf"))):
         return None, DeadLetter(record, f"value must be a finite number; got {value!r}")

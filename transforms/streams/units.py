@@ -1,0 +1,311 @@
+"""The one units layer: element -> (unit, payload), and one step of one unit's state machine.
+
+Every problem (count / sum, count-distinct, degree, triangles, declared values) implements
+- `parse(element) -> Parsed(unit, payload)` or a dead-letter reason (one set of id rules:
+  `records.is_id`), and
+- `advance(unit, state, step, payloads) -> StepResult(state, contributions, violation, dropped)`,
+  where contributions are (public key, value) changes of the keys' difference streams at `step`.
+`advance_unit` is the one loop over steps that every driver runs: the batch drivers in
+`difference.py`, both Beam paths (bounded and streaming) and the scheduler. Payloads of a step
+reach `advance` in a fixed order (the Beam layer sorts them by event time, then canonically), so
+the outcome never depends on bundle order. Imports no Beam.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+
+from .count import ContributionBounds, UnitState
+from .entity import EntityCardinality
+from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
+from .records import OPS, Declaration, canonical, canonical_edge, is_id
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    unit: Hashable
+    payload: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """One step of one unit: its new state, its (key, value) contributions, a fail-closed
+    violation message (the release halts at this step) and how many updates truncation
+    dropped, by reason (operator-only: the counts depend on private data)."""
+    state: Any
+    contributions: Tuple[Tuple[Hashable, float], ...] = ()
+    violation: Optional[str] = None
+    dropped: Tuple[Tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Halt:
+    """The first step a unit's bound was violated at, and why (nothing is released from it)."""
+    step: int
+    reason: str
+
+
+@dataclasses.dataclass
+class UnitRun:
+    state: Any
+    contributions: List[Tuple[Hashable, int, float]]  # (key, step, value)
+    halt: Optional[Halt] = None
+    dropped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+class Problem:
+    """What a transform's units are and how one unit's contributions evolve."""
+    name = "problem"
+    declaration: Declaration
+    every_step = False  # the machine must see every step, in order (triangles)
+
+    def parse(self, element) -> Tuple[Optional[Parsed], Optional[str]]:
+        raise NotImplementedError
+
+    def init_state(self):
+        raise NotImplementedError
+
+    def advance(self, unit, state, step: int, payloads: Sequence[Any]) -> StepResult:
+        raise NotImplementedError
+
+
+def advance_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence[Any]],
+                 steps: Iterable[int]) -> UnitRun:
+    """Run one unit's machine over `steps` (payloads per step in `by_step`), stopping at the
+    first violation."""
+    run = UnitRun(state, [])
+    for step in steps:
+        result = problem.advance(unit, run.state, step, by_step.get(step, ()))
+        run.state = result.state
+        for reason, count in result.dropped:
+            run.dropped[reason] += count
+        if result.violation is not None:
+            run.halt = Halt(step, result.violation)
+            return run
+        run.contributions.extend((key, step, value) for key, value in result.contributions)
+    return run
+
+
+def _finite_number(value) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value))
+
+
+@dataclasses.dataclass
+class CountProblem(Problem):
+    """Counts and sums (elements (unit, key) or (unit, key, value)). With `value_grid` g, a
+    value is clamped to [0, max_value] and rounded to the nearest multiple of g; the payload is
+    the integer number of grid units, and `bounds` are in grid units too (discrete noise
+    releases integers)."""
+    bounds: ContributionBounds
+    with_value: bool = False
+    value_grid: Optional[float] = None
+    max_value: Optional[float] = None
+
+    name = "count"
+
+    def __post_init__(self):
+        self.declaration = Declaration(self.bounds.max_contributions,
+                                       self.bounds.max_contributions,
+                                       self.bounds.max_keys_per_unit, "user")
+
+    def parse(self, element):
+        size = 3 if self.with_value else 2
+        shape = "(unit, key, value)" if self.with_value else "(unit, key)"
+        if not isinstance(element, (tuple, list)) or len(element) != size:
+            return None, f"record must be {shape}"
+        unit, key = element[0], element[1]
+        if not is_id(unit):
+            return None, "unit id must be a non-empty str or int"
+        if not is_id(key):
+            return None, "key must be a non-empty str or int"
+        value = 1.0
+        if self.with_value:
+            value = element[2]
+            if not _finite_number(value):
+                return None, f"value must be a finite number; got {value!r}"
+            if self.value_grid is not None:
+                clamped = min(max(float(value), 0.0), self.max_value)
+                value = math.floor(clamped / self.value_grid + 0.5)
+        return Parsed(unit, (key, float(value))), None
+
+    def init_state(self):
+        return UnitState()
+
+    def advance(self, unit, state, step, payloads):
+        out, state, lost = self.bounds.step(state, payloads)
+        return StepResult(state, tuple(sorted(out.items(), key=lambda kv: canonical(kv[0]))),
+                          None, (("contribution bound", len(lost)),) if lost else ())
+
+
+@dataclasses.dataclass
+class EntityProblem(Problem):
+    """Count-distinct and the generic per-entity hook: elements (op, item, key). A unit (item)
+    is admitted to at most `max_keys_per_unit` keys (first come, canonical order within a
+    step), and runs one `machine` per admitted key."""
+    machine: Any  # EntityCardinality or EdgeDegreeContribution: step(state, ops)
+    max_keys_per_unit: int = 1
+    unit_name: str = "item"
+
+    name = "count_distinct"
+
+    def __post_init__(self):
+        self.declaration = Declaration(self.machine.interval_bound,
+                                       self.machine.max_contributions, self.max_keys_per_unit,
+                                       self.unit_name)
+
+    def parse(self, element):
+        if not isinstance(element, (tuple, list)) or len(element) != 3:
+            return None, "record must be (op, item, key)"
+        op, item, key = element
+        if op not in OPS:
+            return None, f"op must be '+' or '-'; got {op!r}"
+        if not is_id(item):
+            return None, "item id must be a non-empty str or int"
+        if not is_id(key):
+            return None, "key must be a non-empty str or int"
+        return Parsed(item, (op, key)), None
+
+    def init_state(self):
+        return ((), {})
+
+    def targets(self, unit, key) -> Tuple[Hashable, ...]:
+        """The public keys a change of (unit, key) is added to."""
+        return (key,)
+
+    def advance(self, unit, state, step, payloads):
+        admitted, machines = list(state[0]), dict(state[1])
+        for key in sorted({key for _, key in payloads} - set(admitted), key=canonical):
+            if len(admitted) < self.max_keys_per_unit:
+                admitted.append(key)
+        ops_by_key: Dict[Hashable, List[str]] = {}
+        capped = bounded = 0
+        for op, key in payloads:
+            if key in admitted:
+                ops_by_key.setdefault(key, []).append(op)
+            else:
+                capped += 1
+        out = []
+        for key in sorted(ops_by_key, key=canonical):
+            change, machines[key], lost = self.machine.step(
+                machines.get(key, self.machine.init_state()), ops_by_key[key])
+            bounded += lost
+            if change:
+                out.extend((target, float(change)) for target in self.targets(unit, key))
+        dropped = tuple((reason, n) for reason, n in (("key cap", capped),
+                                                      ("contribution bound", bounded)) if n)
+        return StepResult((tuple(admitted), machines), tuple(out), None, dropped)
+
+
+def node_key(graph_key, node):
+    """A node's public key: the node itself, or (graph key, node) when records carry a key."""
+    return node if graph_key is None else (graph_key, node)
+
+
+class DegreeProblem(EntityProblem):
+    """Degree count: elements (op, (a, b)); the unit is the edge, the public keys are its two
+    endpoints (each gets the edge's presence change)."""
+
+    name = "degree_count"
+
+    def __init__(self, max_updates: int, max_keys_per_unit: int = 1, semantics: str = "count"):
+        self.max_updates = max_updates
+        super().__init__(EdgeDegreeContribution(max_updates, semantics), max_keys_per_unit,
+                         "edge")
+
+    def __post_init__(self):  # each endpoint's stream is in S_{1,k}; one edge, 2 keys per graph
+        self.declaration = Declaration(1, self.max_updates, 2 * self.max_keys_per_unit, "edge")
+
+    def parse(self, element):
+        parsed, reason = parse_edge_update(element)
+        if parsed is None:
+            return None, reason
+        op, edge = parsed
+        return Parsed(edge, (op, None)), None
+
+    def targets(self, unit, key):
+        return node_key(key, unit[0]), node_key(key, unit[1])
+
+
+def parse_edge_update(element):
+    """(op, (a, b)) -> ((op, canonical edge), None) or (None, reason)."""
+    if not isinstance(element, (tuple, list)) or len(element) != 2:
+        return None, "record must be (op, (a, b))"
+    op, edge = element
+    if op not in OPS:
+        return None, f"op must be '+' or '-'; got {op!r}"
+    if not isinstance(edge, (tuple, list)) or len(edge) != 2:
+        return None, f"edge must be a pair (a, b); got {edge!r}"
+    a, b = edge
+    if not (is_id(a) and is_id(b)):
+        return None, "edge endpoints must be non-empty str or int ids"
+    if a == b:
+        return None, f"self-loop ({a!r}, {b!r}) is not an edge"
+    return (op, canonical_edge(a, b)), None
+
+
+@dataclasses.dataclass
+class TriangleProblem(Problem):
+    """Triangle count: elements (op, (a, b)); one graph per unit (the key "triangles" in Beam,
+    the graph key in the batch driver). A bound violation is returned, not raised."""
+    max_degree: int
+    max_contribution: int
+    key: str = "triangles"
+    semantics: str = "count"
+
+    name = "triangle_count"
+    every_step = True
+
+    def __post_init__(self):
+        self.declaration = Declaration(
+            self.max_degree, self.max_contribution, 1, "edge",
+            restricted_to=f"graphs with maximum degree <= {self.max_degree} and maximum "
+                          f"triangle contribution <= {self.max_contribution}")
+
+    def parse(self, element):
+        parsed, reason = parse_edge_update(element)
+        if parsed is None:
+            return None, reason
+        return Parsed(self.key, parsed), None
+
+    def init_state(self):
+        return TriangleCounter(self.max_degree, self.max_contribution, self.semantics)
+
+    def advance(self, unit, state, step, payloads):
+        try:
+            delta = state.step(step, payloads)
+        except BoundViolation as error:
+            return StepResult(state, (), str(error))
+        return StepResult(state, ((unit, float(delta)),) if delta else ())
+
+
+@dataclasses.dataclass
+class DeclaredProblem(Problem):
+    """Already-computed differences: elements (key, value), released as given (the caller
+    declares S_{D,k} and keys per unit; no truncation). With `integers`, values must be
+    integers (discrete noise)."""
+    declaration: Declaration
+    integers: bool = True
+
+    name = "declared"
+
+    def parse(self, element):
+        if not isinstance(element, (tuple, list)) or len(element) != 2:
+            return None, "record must be (key, value)"
+        key, value = element
+        if not is_id(key):
+            return None, "key must be a non-empty str or int"
+        if not _finite_number(value):
+            return None, f"value must be a finite number; got {value!r}"
+        if self.integers and value != math.floor(value):
+            return None, (f"value must be an integer with discrete noise (the declared set "
+                          f"S_(D,k) is integer); got {value!r}")
+        return Parsed(key, float(value)), None
+
+    def init_state(self):
+        return None  # declared values carry no truncation state
+
+    def advance(self, unit, state, step, payloads):
+        return StepResult(state, ((unit, math.fsum(payloads)),) if payloads else ())
