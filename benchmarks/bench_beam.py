@@ -88,7 +88,7 @@ def main():
         result = source(p, args, steps) | ContinualCount(
             steps=steps, public_keys=keys, epsilon=1.0, max_contributions=args.cap,
             max_keys_per_unit=1, mechanism="kary_subtraction", mechanism_params={"k": 19},
-            secret=SecretRef(seed=1))
+            secret=SecretRef(seed=1), insecure=True)
         result.records | "Drain" >> beam.Map(lambda r: None)
 
     def distinct_floor(p):
@@ -100,7 +100,7 @@ def main():
     def continual_distinct(p):
         result = source(p, args, steps, distinct=True) | ContinualCountDistinct(
             steps=steps, public_keys=keys, rho=0.5, max_flips=4, max_keys_per_unit=1,
-            mechanism="sqrt_toeplitz", secret=SecretRef(seed=1))
+            mechanism="sqrt_toeplitz", secret=SecretRef(seed=1), insecure=True)
         result.records | "Drain" >> beam.Map(lambda r: None)
 
     times = {}

@@ -14,38 +14,21 @@ from typing import Any, Dict, List
 
 import yaml
 
+from transforms import registry
 from transforms.mechanisms import NAMES
+from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
+from transforms.validation import fail
 
-TRANSFORMS = ("count", "sum", "count_distinct", "degree_count", "triangle_count", "release")
+TRANSFORMS = registry.NAMES
 FORMATS = ("jsonl", "csv", "parquet")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
-ROLES = {"count": ("timestamp", "unit", "key"), "sum": ("timestamp", "unit", "key", "value"),
-         "count_distinct": ("timestamp", "op", "item", "key"),
-         "degree_count": ("timestamp", "op", "a", "b"),
-         "triangle_count": ("timestamp", "op", "a", "b"),
-         "release": ("timestamp", "key", "value")}
-REQUIRED = "<required>"
-BOUNDS = {"count": {"max_contributions": 1, "max_contributions_per_step": None,
-                    "max_keys_per_unit": 1},
-          "sum": {"max_value": REQUIRED, "max_contributions": 1,
-                  "max_contributions_per_step": None, "max_keys_per_unit": 1,
-                  "value_resolution": None},
-          "count_distinct": {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
-          "degree_count": {"max_updates": REQUIRED},
-          "triangle_count": {"max_degree": REQUIRED, "max_contribution": REQUIRED},
-          "release": {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1}}
+ROLES = {name: spec.roles for name, spec in registry.SPECS.items()}
+REQUIRED = registry.REQUIRED
+BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output")
 DEMO_PREFIX = "demo:"
 DEMO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_data")
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def fail(name: str, condition: str, value) -> None:
-    raise ConfigError(f"`{name}` must be {condition}; got {value!r}.")
 
 
 def _section(raw, name, allowed, required=()):
@@ -74,23 +57,23 @@ def _positive_number(name, value):
     return float(value)
 
 
-def parse_time(name, value) -> float:
+def parse_time(name, given) -> float:
     """ISO-8601 (with Z or an offset) or seconds since the epoch -> seconds."""
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.timezone.utc)
-        return value.timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
+    if isinstance(given, datetime.datetime):
+        if given.tzinfo is None:
+            given = given.replace(tzinfo=datetime.timezone.utc)
+        return given.timestamp()
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        return float(given)
+    if isinstance(given, str):
         try:
-            parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            parsed = datetime.datetime.fromisoformat(given.replace("Z", "+00:00"))
         except ValueError:
             parsed = None
         if parsed is not None and parsed.tzinfo is not None:
             return parsed.timestamp()
     fail(name, "an ISO-8601 time with a timezone (e.g. 2026-01-05T00:00:00Z) or epoch seconds",
-         value)
+         given)
 
 
 def resolve_path(path: str) -> str:
@@ -202,11 +185,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         elif value is not None:
             _positive_int(f"bounds.{name}", value)
 
-    if transform == "triangle_count":
+    single_key = registry.SPECS[transform].single_key
+    if single_key is not None:
         if raw.get("public_keys") or raw.get("public_keys_file"):
-            fail("public_keys", "absent for triangle_count (its one key is 'triangles')",
+            fail("public_keys", f"absent for {transform} (its one key is {single_key!r})",
                  raw.get("public_keys") or raw.get("public_keys_file"))
-        keys = ["triangles"]
+        keys = [single_key]
     else:
         keys = _public_keys(raw, base_dir)
 

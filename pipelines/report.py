@@ -35,6 +35,25 @@ def read_records(pattern: str) -> List[dict]:
     return rows
 
 
+class NoNoise:
+    """The release's noise, set to zero: the exact truncated totals (operator-only, NOT
+    private; the transform marks them private: false and the folder is deleted after use)."""
+    public = True
+
+    def noise_source(self, release: bytes = b""):
+        from transforms.mechanisms.noise import ConstantNoiseSource
+        return ConstantNoiseSource(0.0)
+
+    def fingerprint(self) -> str:
+        return "0" * 64
+
+    def secret_bytes(self) -> bytes:
+        return b"no-noise"
+
+    def describe(self) -> str:
+        return "no noise (exact totals, operator-only)"
+
+
 def true_totals(config_path: str) -> Dict[str, List[float]]:
     """The job's running totals with the same truncation and zero noise."""
     import tempfile
@@ -47,11 +66,8 @@ def true_totals(config_path: str) -> Dict[str, List[float]]:
     job = job_config.load(config_path)
     folder = tempfile.mkdtemp(prefix="truth-")
     job = job_config.JobConfig(**{**job.__dict__, "output_path": folder,
-                                  "output_formats": ["jsonl"], "secret": {"seed": 0},
-                                  "insecure": True})  # zero noise: the seed is never used
-    transform = job_run.build_transform(job)
-    transform.config = transform.config.__class__(**{**transform.config.__dict__,
-                                                     "noise": "zero"})
+                                  "output_formats": ["jsonl"], "insecure": True})
+    transform = job_run.build_transform(job, noise_source=NoNoise())
     try:
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
             job_run.build(pipeline, job, transform)

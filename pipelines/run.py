@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import io
 import json
 import os
 import secrets
@@ -28,19 +26,12 @@ import tempfile
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.transforms.window import TimestampedValue
 
 from pipelines import config as job_config
-from transforms import (ContinualCount, ContinualCountDistinct, ContinualDegreeCount,
-                        ContinualRelease, ContinualSum, ContinualTriangleCount, SecretRef,
-                        TimeSteps, WriteRecordsToCsv, WriteRecordsToJsonLines,
-                        WriteRecordsToParquet)
-
-TRANSFORMS = {"count": ContinualCount, "sum": ContinualSum,
-              "count_distinct": ContinualCountDistinct, "degree_count": ContinualDegreeCount,
-              "triangle_count": ContinualTriangleCount, "release": ContinualRelease}
-DEAD = "dead_letter"
-
+from pipelines import io
+from transforms import registry
+from transforms.secret import SecretRef
+from transforms.steps import TimeSteps
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner")
@@ -72,10 +63,11 @@ def ephemeral_secret():
 
 
 def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
-                    mechanism=None, secret_fingerprint=None):
-    """The configured transform. `secret` overrides the config's; `release_id` and `mechanism`
-    (name, params) continue an existing release (the scheduler's ledger)."""
-    if secret is None:
+                    mechanism=None, secret_fingerprint=None, noise_source=None):
+    """The configured transform. `secret` overrides the config's (`noise_source`: an injected
+    source instead, e.g. the report's exact totals); `release_id` and `mechanism` (name,
+    params) continue an existing release (the scheduler's ledger)."""
+    if secret is None and noise_source is None:
         if "stored" in job.secret:
             job_config.fail("secret.stored", "used with a state directory "
                                              "(python3 -m pipelines.schedule)", True)
@@ -85,106 +77,14 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
     name, params = mechanism or (job.mechanism, job.mechanism_params)
     kwargs = dict(steps=TimeSteps(job.origin, job.step_seconds, job.horizon),
                   mechanism=name, mechanism_params=params or None,
-                  confidence=job.confidence, secret=secret, insecure=job.insecure,
+                  confidence=job.confidence, secret=secret, noise_source=noise_source,
+                  insecure=job.insecure,
                   noise=job.noise, release_id=release_id,
                   secret_fingerprint=secret_fingerprint, **job.privacy, **job.bounds)
-    if job.transform != "sum":
-        kwargs.pop("value_resolution", None)
-    if job.transform != "triangle_count":
+    spec = registry.SPECS[job.transform]
+    if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys
-    return TRANSFORMS[job.transform](**kwargs)
-
-
-class ToElement(beam.DoFn):
-    """A row (dict) -> the transform's element with its event time, or a dead letter."""
-
-    def __init__(self, job: job_config.JobConfig):
-        self.job = job
-
-    def process(self, row):
-        job, fields = self.job, self.job.fields
-        try:
-            values = {role: row[column] for role, column in fields.items()}
-        except (KeyError, TypeError) as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": repr(row)[:500],
-                                                  "reason": f"missing field {error}"})
-            return
-        try:
-            stamp = values.pop("timestamp")
-            seconds = float(stamp) if job.timestamp_format == "seconds" else \
-                job_config.parse_time("timestamp", stamp)
-        except (ValueError, TypeError) as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": repr(row)[:500],
-                                                  "reason": str(error)})
-            return
-        t = job.transform
-        if t in ("count",):
-            element = (values["unit"], values["key"])
-        elif t == "sum":
-            element = (values["unit"], values["key"], _number(values["value"]))
-        elif t == "count_distinct":
-            element = (values["op"], values["item"], values["key"])
-        elif t in ("degree_count", "triangle_count"):
-            element = (values["op"], (values["a"], values["b"]))
-        else:
-            element = (values["key"], _number(values["value"]))
-        yield TimestampedValue(element, seconds)
-
-
-def _number(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value  # the transform sends it to dead letters with a reason
-
-
-def read_rows(pipeline, job: job_config.JobConfig):
-    if job.input_format == "parquet":
-        return pipeline | "ReadParquet" >> beam.io.ReadFromParquet(job.input_path)
-    lines = pipeline | "ReadText" >> beam.io.ReadFromText(
-        job.input_path, skip_header_lines=1 if job.input_format == "csv" else 0)
-    if job.input_format == "jsonl":
-        return lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(DEAD, main="rows")
-    header = _csv_header(job.input_path)
-    return lines | "ParseCsv" >> beam.ParDo(_ParseCsv(header)).with_outputs(DEAD, main="rows")
-
-
-class _ParseJson(beam.DoFn):
-    def process(self, line):
-        try:
-            row = json.loads(line)
-        except ValueError as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500],
-                                                  "reason": f"invalid JSON: {error}"})
-            return
-        if isinstance(row, dict):
-            yield row
-        else:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500],
-                                                  "reason": "a JSON line must be an object"})
-
-
-class _ParseCsv(beam.DoFn):
-    def __init__(self, header):
-        self.header = header
-
-    def process(self, line):
-        values = next(csv.reader(io.StringIO(line)))
-        if len(values) != len(self.header):
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500], "reason":
-                                                  f"{len(values)} columns, header has "
-                                                  f"{len(self.header)}"})
-            return
-        yield dict(zip(self.header, values))
-
-
-def _csv_header(pattern):
-    match = FileSystems.match([pattern])[0].metadata_list
-    if not match:
-        job_config.fail("input.path", "matching at least one file", pattern)
-    with FileSystems.open(match[0].path) as handle:
-        first = handle.readline().decode("utf-8")
-    return next(csv.reader(io.StringIO(first)))
+    return spec.transform_class()(**kwargs)
 
 
 def release_manifest(transform) -> dict:
@@ -200,23 +100,16 @@ def write_operator_readme(job: job_config.JobConfig) -> None:
         handle.write(OPERATOR_README.encode("utf-8"))
 
 
-def build(pipeline, job: job_config.JobConfig, transform=None):
-    rows = read_rows(pipeline, job)
-    main_rows = rows if job.input_format == "parquet" else rows.rows
-    elements = main_rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
-        DEAD, main="elements")
-    result = elements.elements | job.transform >> (transform or build_transform(job))
+def build(pipeline, job: job_config.JobConfig, transform=None) -> str:
+    """The whole job: one release of all steps. Returns the public folder."""
+    elements, dead = io.read_elements(pipeline, job)
+    # elements of the transform, timestamped with event time
+    result = elements | job.transform >> (transform or build_transform(job))
+    # records (one per public key and step) + dead letters
     folder = os.path.join(job.output_path, job.job)
-    sinks = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
-             "csv": WriteRecordsToCsv}
-    for fmt in job.output_formats:
-        result.records | f"Write {fmt}" >> sinks[fmt](os.path.join(folder, "records"))
-    dead = [elements[DEAD], result.dead_letters]
-    if job.input_format != "parquet":
-        dead.append(rows[DEAD])
-    (dead | "AllDeadLetters" >> beam.Flatten()
-     | "WriteDeadLetters" >> WriteRecordsToJsonLines(
-         os.path.join(job.operator_path, "dead_letters")))
+    io.write_records(result.records, job, os.path.join(folder, "records"))
+    io.write_dead_letters(dead + [result.dead_letters],
+                          os.path.join(job.operator_path, "dead_letters"))
     return folder
 
 

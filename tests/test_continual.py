@@ -6,8 +6,11 @@ import os
 
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import TimestampedValue
 
 from tests.beam_helpers import run
+from tests.support.noise import ZERO
 from transforms import (ContinualCount, ContinualCountDistinct, ContinualDegreeCount,
                         ContinualRelease, ContinualSum, ContinualTriangleCount, SecretRef,
                         TimeSteps)
@@ -47,7 +50,7 @@ def test_zero_noise_count_equals_reference_and_every_public_key_gets_every_step(
     events = random_count_events(rng)
     transform = ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], rho=0.5,
                                max_contributions=3, max_contributions_per_step=2,
-                               max_keys_per_unit=2, zero_noise_for_tests=True)
+                               max_keys_per_unit=2, **ZERO)
     records, dead = run(transform, events)
     assert len(records) == 3 * STEPS.horizon and not dead
     expected = count_streams([(STEPS.step_of(ts), unit, key) for (unit, key), ts in events],
@@ -71,7 +74,7 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
     sum_events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(-1, 5))),
                    timestamp(rng, int(rng.integers(0, 6)))) for _ in range(60)]
     records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
-                                  max_contributions=4, zero_noise_for_tests=True,
+                                  max_contributions=4, **ZERO,
                                   noise="float"), sum_events)
     expected = count_streams([(STEPS.step_of(ts), u, k, v) for (u, k, v), ts in sum_events],
                              STEPS.horizon, ContributionBounds(4, None, 1, max_value=2.0))
@@ -82,7 +85,7 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
                        for _ in range(80)]
     records, _ = run(ContinualCountDistinct(steps=STEPS, public_keys=["a", "b"], rho=1.0,
                                             max_flips=2, max_keys_per_unit=2,
-                                            zero_noise_for_tests=True), distinct_events)
+                                            **ZERO), distinct_events)
     expected = count_distinct_streams(
         [(STEPS.step_of(ts), op, item, key) for (op, item, key), ts in distinct_events],
         STEPS.horizon, 2, max_keys_per_unit=2)
@@ -96,13 +99,13 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
                             timestamp(rng, int(rng.integers(0, 6)))))
     ordered = sorted(edge_events, key=lambda e: e[1])
     records, _ = run(ContinualDegreeCount(steps=STEPS, public_keys=list(range(5)), rho=1.0,
-                                          max_updates=3, zero_noise_for_tests=True), edge_events)
+                                          max_updates=3, **ZERO), edge_events)
     expected = degree_streams([(STEPS.step_of(ts), op, edge) for (op, edge), ts in ordered],
                               STEPS.horizon, 3)
     for node in range(5):
         assert released_totals(records)[repr(node)] == np.cumsum(expected.stream(node)).tolist()
     records, _ = run(ContinualTriangleCount(steps=STEPS, rho=1.0, max_degree=5,
-                                            max_contribution=100, zero_noise_for_tests=True),
+                                            max_contribution=100, **ZERO),
                      edge_events)
     expected = triangle_streams([(STEPS.step_of(ts), op, edge) for (op, edge), ts in ordered],
                                 STEPS.horizon, 5, 100)
@@ -111,7 +114,7 @@ def test_zero_noise_sum_count_distinct_degree_triangle_and_release_equal_referen
     values = [(("k", float(rng.integers(-2, 3))), timestamp(rng, s)) for s in range(6)]
     records, _ = run(ContinualRelease(steps=STEPS, public_keys=["k"], epsilon=1.0,
                                       max_contributions=2, interval_bound=2,
-                                      zero_noise_for_tests=True), values)
+                                      **ZERO), values)
     assert released_totals(records)["k"] == np.cumsum([v for (_, v), _ in values]).tolist()
 
 
@@ -141,9 +144,9 @@ def test_bundle_failing_on_its_first_attempt_does_not_change_records(tmp_path, m
     the records of an undisturbed run (same secret -> same noise, no state leaked)."""
     events = random_count_events(np.random.default_rng(4), n=40)
     undisturbed, _ = run(noisy_count(), events)
-    from transforms import continual
+    from transforms.release import RecordMaker
     flag = tmp_path / "failed-once"
-    original = continual._ReleaseFn._record
+    original = RecordMaker.record
 
     def flaky(self, key, step, value):
         if step == 3 and not flag.exists():
@@ -151,7 +154,7 @@ def test_bundle_failing_on_its_first_attempt_does_not_change_records(tmp_path, m
             raise RuntimeError("injected failure on the first attempt")
         return original(self, key, step, value)
 
-    monkeypatch.setattr(continual._ReleaseFn, "_record", flaky)
+    monkeypatch.setattr(RecordMaker, "record", flaky)
     retried, _ = run(noisy_count(), events, mode="streaming", steps=STEPS)
     assert flag.exists()  # the failure did happen
     assert retried == undisturbed
@@ -200,7 +203,7 @@ def test_triangle_violation_halts_release_and_reports_it():
     star = [(("+", (0, 1)), ORIGIN + 1), (("+", (0, 2)), ORIGIN + 2),
             (("+", (0, 3)), ORIGIN + 61), (("+", (1, 2)), ORIGIN + 121)]
     records, dead = run(ContinualTriangleCount(steps=STEPS, rho=1.0, max_degree=2,
-                                               max_contribution=5, zero_noise_for_tests=True),
+                                               max_contribution=5, **ZERO),
                         star)
     assert [r["step"] for r in records] == [0]
     assert any("`max_degree` must bound every node's degree" in d["reason"] for d in dead)
@@ -213,9 +216,10 @@ def test_triangle_violation_halts_release_and_reports_it():
     ({"mechanism": "magic"}, r"^`mechanism` must be one of 'auto', 'binary_tree'"),
     ({"confidence": 1.0}, r"^`confidence` must be a number in \(0, 1\); got 1\.0\.$"),
     ({"seed": 3}, r"^`secret` must be given, or else exactly one of"),
-    ({"seed": 3, "zero_noise_for_tests": False},
+    ({"seed": 3, "noise_source": None, "insecure": False},
      r"^`secret` must be a secret from `env` or `path` \(a fixed `seed` is public"),
-    ({"secret": SecretRef(seed=3), "zero_noise_for_tests": False}, r"^`secret` must be a secret"),
+    ({"secret": SecretRef(seed=3), "noise_source": None, "insecure": False},
+     r"^`secret` must be a secret"),
     ({"noise": "exact"}, r"^`noise` must be one of 'discrete', 'float'; got 'exact'\.$"),
     ({"mechanism": "sqrt_toeplitz"}, r"^`noise` must be 'float' for sqrt_toeplitz"),
     ({"release_id": "xyz"}, r"^`release_id` must be 32 lowercase hex digits"),
@@ -224,7 +228,7 @@ def test_triangle_violation_halts_release_and_reports_it():
     ({"steps": "hourly"}, r"^`steps` must be a TimeSteps"),
 ])
 def test_construction_errors(kwargs, message):
-    base = dict(steps=STEPS, public_keys=["a"], epsilon=1.0, zero_noise_for_tests=True)
+    base = dict(steps=STEPS, public_keys=["a"], epsilon=1.0, **ZERO)
     base.update(kwargs)
     with pytest.raises(ValueError, match=message):
         ContinualCount(**base)
@@ -233,10 +237,10 @@ def test_construction_errors(kwargs, message):
 def test_keys_that_print_alike_are_refused_and_never_share_noise():
     """5 and "5" would be indistinguishable in records; shared noise would also reveal the
     exact difference of their true values. Construction fails closed; noise streams differ."""
-    from transforms.continual import noise_stream
+    from transforms.release import noise_stream
     with pytest.raises(ValueError, match=r"^`public_keys` must be distinct when written as "
                                          r"text"):
-        ContinualCount(steps=STEPS, public_keys=[5, "5"], rho=1.0, zero_noise_for_tests=True)
+        ContinualCount(steps=STEPS, public_keys=[5, "5"], rho=1.0, **ZERO)
     assert noise_stream(5) != noise_stream("5")
 
 
@@ -247,10 +251,10 @@ def test_display_data_shows_privacy_and_mechanism():
     assert data["release_id"] == RELEASE and data["noise"] == "discrete_laplace"
     assert data["private"] is True
     auto = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
-                          zero_noise_for_tests=True)
+                          **ZERO)
     assert auto.display_data()["mechanism"] == "sqrt_toeplitz"  # discrete, zCDP
     auto_float = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
-                                zero_noise_for_tests=True, noise="float")
+                                **ZERO, noise="float")
     assert auto_float.display_data()["mechanism"] == "sqrt_toeplitz"
 
 
@@ -314,7 +318,7 @@ def test_sums_with_discrete_noise_are_integer_units_of_the_value_grid():
     g = 0.25
     records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
                                   max_contributions=4, value_resolution=g,
-                                  zero_noise_for_tests=True), events)
+                                  **ZERO), events)
     rounded = [(STEPS.step_of(ts), u, k, math.floor(min(max(v, 0.0), 2.0) / g + 0.5))
                for (u, k, v), ts in events]
     expected = count_streams(rounded, STEPS.horizon, ContributionBounds(16, None, 1, 8.0))
@@ -341,38 +345,30 @@ def test_a_transform_is_one_release_and_applies_once():
             _ = second | "R2" >> count
 
 
-class _Cell:
-    """A stand-in for one Beam ReadModifyWrite state cell (storage only)."""
-
-    def __init__(self, value=None):
-        self.value = value
-
-    def read(self):
-        return self.value
-
-    def write(self, value):
-        self.value = value
+def _resume_with_state_of(owner, resumer):
+    """Runs `resumer` from step 1 with a key state that `owner`'s release wrote."""
+    import apache_beam as beam
+    from transforms.release import RecordMaker
+    from transforms.stages import StepWindow
+    maker = RecordMaker(owner.config)
+    _, state = maker.for_key("a").advance(maker.mechanism.init_state(), np.zeros(1))
+    saved = ("a", (owner.config.state_tag() + state.to_bytes(), None))
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+        events = pipeline | "Events" >> beam.Create([("u", "a")]) | beam.Map(
+            lambda e: TimestampedValue(e, ORIGIN + 1.5 * STEPS.size))
+        units = pipeline | "Units" >> beam.Create([])
+        keys = pipeline | "Keys" >> beam.Create([saved])
+        _ = events | resumer.resume(StepWindow(1, STEPS.horizon), units, keys)
 
 
 def test_stored_state_of_another_release_is_refused():
-    """A pipeline restored or updated under a new release id must not continue the old state
-    (it would re-draw noise of published nodes)."""
-    from transforms.continual import _ReleaseFn
-    make_count = lambda release: ContinualCount(  # noqa: E731
-        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=b"s"),
+    """A run that continues another release's key state (or the same release under another
+    secret) must fail: it would re-draw the noise of published nodes."""
+    make_count = lambda release, secret: ContinualCount(  # noqa: E731
+        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=secret),
         release_id=release)
-    old = _ReleaseFn(make_count("1" * 32).config, bounded=False)
-    new = _ReleaseFn(make_count("2" * 32).config, bounded=False)
-    old.setup()
-    new.setup()
-    cell = _Cell()
-    old._write_state(cell, old.mechanism.init_state())
-    assert old._read_state(cell).steps == 0
-    with pytest.raises(ValueError, match=r"^`state` must be state of release 2{32}"):
-        new._read_state(cell)
-    rotated = _ReleaseFn(ContinualCount(  # same release id, another secret
-        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=b"t"),
-        release_id="1" * 32).config, bounded=False)
-    rotated.setup()
-    with pytest.raises(ValueError, match=r"^`state` must be state of release 1{32}"):
-        rotated._read_state(cell)
+    _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"s"))  # its own
+    with pytest.raises(Exception, match=r"`state` must be state of release 2{32}"):
+        _resume_with_state_of(make_count("1" * 32, b"s"), make_count("2" * 32, b"s"))
+    with pytest.raises(Exception, match=r"`state` must be state of release 1{32}"):
+        _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"t"))

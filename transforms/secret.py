@@ -12,7 +12,7 @@ import hmac
 import os
 from typing import Optional
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 from transforms.mechanisms.noise import KeyedNoiseSource, NoiseSource, seed_secret
 
 

@@ -12,7 +12,7 @@ import math
 import numbers
 from typing import Optional
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 
 
 def _seconds(name, value) -> float:

@@ -9,6 +9,8 @@ import os
 import numpy as np
 import yaml
 
+from tests.support.noise import ZERO
+
 from pipelines import config as job_config
 from pipelines import run as job_run
 
@@ -42,7 +44,7 @@ def truth(config):
     job = job_config.load(config)
     transform = job_run.build_transform(job, job_run.SecretRef(literal=b"unused"))
     kwargs = dict(steps=transform.steps, public_keys=job.public_keys, epsilon=1.0,
-                  zero_noise_for_tests=True, **job.bounds)
+                  **ZERO, **job.bounds)
     import apache_beam as beam
     from transforms import ContinualCount
     folder = str(os.path.dirname(config))

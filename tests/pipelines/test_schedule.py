@@ -12,7 +12,7 @@ import yaml
 
 from pipelines import config as job_config
 from pipelines import run as job_run
-from pipelines import schedule
+from pipelines import checkpoints, schedule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORIGIN = 1767571200.0  # 2026-01-05T00:00:00Z
@@ -64,24 +64,24 @@ def test_rerun_returns_stored_records_and_spends_nothing(tmp_path):
     again = schedule.run_once(config, state, ORIGIN + 5.5 * HOUR)
     assert again["new_steps"] == 0 and again["spent"].startswith("nothing")
     assert records_of(again["records"]) == records_of(first["records"])
-    assert len(schedule.committed_checkpoints(state)) == 1
+    assert len(checkpoints.committed_checkpoints(state)) == 1
 
 
 def test_crash_mid_run_keeps_previous_checkpoint_and_next_run_completes(tmp_path, monkeypatch):
     config = write_config(tmp_path)
     state = str(tmp_path / "state")
     schedule.run_once(config, state, ORIGIN + 4 * HOUR)
-    original = schedule._ReleaseKeys.process
+    from transforms.release import RecordMaker
+    original = RecordMaker.record
 
-    def crash(self, item):
+    def crash(self, key, step, value):
         raise RuntimeError("killed mid-way")
-        yield from original(self, item)
 
-    monkeypatch.setattr(schedule._ReleaseKeys, "process", crash)
+    monkeypatch.setattr(RecordMaker, "record", crash)
     with pytest.raises(Exception, match="killed mid-way"):
         schedule.run_once(config, state, ORIGIN + 9 * HOUR)
-    monkeypatch.setattr(schedule._ReleaseKeys, "process", original)
-    assert [r for r, _ in schedule.committed_checkpoints(state)] == [4]
+    monkeypatch.setattr(RecordMaker, "record", original)
+    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [4]
     assert len(glob.glob(os.path.join(state, "ckpt-*"))) == 2  # the uncommitted one is ignored
     final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
     assert records_of(final["records"]) == continuous(tmp_path, config)
@@ -131,7 +131,7 @@ def test_events_of_released_steps_are_late_dead_letters(tmp_path):
     state = str(tmp_path / "state")
     schedule.run_once(config, state, ORIGIN + 6 * HOUR)
     second = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
-    folder = schedule.committed_checkpoints(state)[-1][1]
+    folder = checkpoints.committed_checkpoints(state)[-1][1]
     dead = [json.loads(line) for path in glob.glob(os.path.join(folder, "dead_letters-*"))
             for line in open(path)]
     # the source still holds steps 0..5, which the first run released: they are late now;
@@ -149,8 +149,8 @@ def test_ledger_binds_secret_release_id_and_resolved_mechanism(tmp_path, monkeyp
     config = write_config(tmp_path, secret={"env": "DP_TEST_SECRET"})
     state = str(tmp_path / "state")
     first = schedule.run_once(config, state, ORIGIN + 4 * HOUR)
-    ledger = json.load(open(os.path.join(schedule.committed_checkpoints(state)[-1][1],
-                                         schedule.LEDGER)))
+    ledger = json.load(open(os.path.join(checkpoints.committed_checkpoints(state)[-1][1],
+                                         checkpoints.LEDGER)))
     assert ledger["release_id"] == first["release_id"] and len(first["release_id"]) == 32
     assert ledger["mechanism"] != "auto" and ledger["mechanism"] == ledger["descriptor"][
         "mechanism"]
@@ -196,8 +196,8 @@ def test_two_concurrent_runs_commit_exactly_once(tmp_path):
     assert codes == [0, 3], results
     loser = [err for code, err in results if code == 3][0]
     assert f"in the state directory {state}" in loser.strip().splitlines()[-1]
-    assert len(glob.glob(os.path.join(state, schedule.COMMITS, "*"))) == 1
-    assert len(schedule.committed_checkpoints(state)) == 1
+    assert len(glob.glob(os.path.join(state, checkpoints.COMMITS, "*"))) == 1
+    assert len(checkpoints.committed_checkpoints(state)) == 1
     job = job_config.load(config)
     published = glob.glob(os.path.join(job.output_path, f"{job.job}-scheduled",
                                         "records-steps-*"))
@@ -206,24 +206,23 @@ def test_two_concurrent_runs_commit_exactly_once(tmp_path):
 
 def test_marker_is_create_if_absent(tmp_path):
     path = str(tmp_path / "commits" / "from-00000000.json")
-    assert schedule.create_if_absent(path, b"first")
-    assert not schedule.create_if_absent(path, b"second")
+    assert checkpoints.create_if_absent(path, b"first")
+    assert not checkpoints.create_if_absent(path, b"second")
     assert open(path, "rb").read() == b"first"
     with pytest.raises(ValueError, match=r"^`--state-dir` must be a local path or gs://"):
-        schedule.create_if_absent("s3://bucket/state/commits/x.json", b"x")
+        checkpoints.create_if_absent("s3://bucket/state/commits/x.json", b"x")
 
 
-@pytest.mark.parametrize("name", ["active_users.yaml", "seconds_on_page.yaml",
-                                  "friend_degrees.yaml", "friend_triangles.yaml",
-                                  "signups.yaml"])
+@pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "configs"))))
 def test_every_bundled_config_resumes_to_one_continuous_run(tmp_path, name):
-    """Two scheduled runs (checkpoint states of every problem through the JSON codec) equal one
-    pipelines.run with the same insecure seed. (cart_items: the tests above.)"""
+    """Three scheduled runs (checkpoint states of every problem through the JSON codec) equal
+    one pipelines.run with the same insecure seed: both drive the same stages."""
     config = write_config(tmp_path, name)
     state = str(tmp_path / "state")
-    schedule.run_once(config, state, ORIGIN + 5 * HOUR)
-    summary = schedule.run_once(config, state, ORIGIN + 30 * HOUR)
+    for hours in (5, 9, 30):
+        summary = schedule.run_once(config, state, ORIGIN + hours * HOUR)
     assert summary["released_after"] == 12
+    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [5, 9, 12]
     assert records_of(summary["records"]) == continuous(tmp_path, config)
 
 

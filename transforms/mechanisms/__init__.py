@@ -10,7 +10,7 @@ Mechanism names are part of the config format: see NAMES.
 """
 from __future__ import annotations
 
-from . import _validation as check
+from transforms import validation as check
 from .base import ContinualMechanism, CounterState
 from .noise import (ConstantNoiseSource, KeyedNoiseSource, NoiseSource, make_noise_source)
 from .privacy import GAUSSIAN, LAPLACE, PrivacyBudget, epsilon_from_rho, rho_from_epsilon_delta

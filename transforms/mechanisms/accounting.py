@@ -14,7 +14,7 @@ import dataclasses
 import math
 from typing import Iterable, Union
 
-from . import _validation as check
+from transforms import validation as check
 from .privacy import epsilon_from_rho
 
 

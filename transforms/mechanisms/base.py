@@ -25,7 +25,7 @@ from typing import ClassVar, Optional, Tuple
 
 import numpy as np
 
-from . import _validation as check
+from transforms import validation as check
 from . import sensitivity as sensitivity_seam
 from . import discrete, tails
 from .noise import NoiseSource, StreamKey, stream_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Tuple
 
-from . import _validation as check
+from transforms import validation as check
 from .noise import ConstantNoiseSource
 
 METRICS = ("max", "mean")

@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _validation as check
+from transforms import validation as check
 
 DISCRETE_LAPLACE = "discrete_laplace"
 DISCRETE_GAUSSIAN = "discrete_gaussian"

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import _validation as check
+from transforms import validation as check
 from .discrete import BitStream, DiscreteSampler
 from .privacy import GAUSSIAN, LAPLACE
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from . import _validation as check
+from transforms import validation as check
 
 LAPLACE = "laplace"
 GAUSSIAN = "gaussian"

@@ -17,7 +17,7 @@ import numpy as np
 
 import math
 
-from . import _validation as check
+from transforms import validation as check
 from . import sensitivity
 from .base import ContinualMechanism, HistoryState
 from .privacy import GAUSSIAN

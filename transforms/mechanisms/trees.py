@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from . import _validation as check
+from transforms import validation as check
 from .base import ContinualMechanism
 
 # Above this horizon the sparsified sensitivity is not enumerated; the structural count (every

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 from transforms.streams.count import UnitState
 from transforms.streams.records import canonical
 from transforms.streams.entity import EntityState

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 
 from .records import canonical
 

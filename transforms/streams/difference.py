@@ -13,7 +13,7 @@ from typing import Any, Dict, Hashable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 
 from .count import ContributionBounds
 from .entity import EntityCardinality, count_distinct

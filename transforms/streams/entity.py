@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence, Tuple
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 
 from .records import INSERT
 

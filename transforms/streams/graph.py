@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Hashable, Iterable, List, Sequence, Set, Tuple
 
-from transforms.mechanisms import _validation as check
+from transforms import validation as check
 
 from .entity import apply_ops
 from .records import canonical_edge

@@ -46,13 +46,13 @@ def canonical(value) -> tuple:
     return type(value).__name__, repr(value)
 
 
-def is_id(value) -> bool:
+def is_id(candidate) -> bool:
     """The one id rule for units, items, keys and edge endpoints: a non-empty str, an int (not
     a bool), or a tuple of ids (e.g. (graph, node))."""
-    if isinstance(value, tuple):
-        return len(value) > 0 and all(is_id(v) for v in value)
-    return (isinstance(value, str) and value != "") or (
-        isinstance(value, int) and not isinstance(value, bool))
+    if isinstance(candidate, tuple):
+        return len(candidate) > 0 and all(is_id(part) for part in candidate)
+    return (isinstance(candidate, str) and candidate != "") or (
+        isinstance(candidate, int) and not isinstance(candidate, bool))
 
 
 def canonical_edge(a, b) -> tuple:

@@ -1,12 +1,17 @@
-"""Shared argument validators: every error reads "`name` must be <condition>; got <value>."."""
+"""The shared validators: every error, from a keyword argument to a YAML field, reads
+"`name` must be <condition>; got <value>."."""
 from __future__ import annotations
 
 import math
 import numbers
 
 
+class ValidationError(ValueError):
+    """A refused argument or config field (a ValueError with the project's one message shape)."""
+
+
 def fail(name: str, condition: str, value) -> None:
-    raise ValueError(f"`{name}` must be {condition}; got {value!r}.")
+    raise ValidationError(f"`{name}` must be {condition}; got {value!r}.")
 
 
 def positive_finite(name: str, value) -> float:

@@ -1,0 +1,164 @@
+"""The scheduler's checkpoints: a state directory of committed runs (see `pipelines.schedule`).
+
+A checkpoint folder `ckpt-<steps released>-<id>/` holds the unit states (`units-*`), the key
+states (`keys-*`), the run's records and dead letters and `ledger.json`. It becomes visible only
+through its commit marker `commits/from-<first step>.json`, created with create-if-absent.
+States are versioned JSON lines (`streams.codec`), never pickle: a state directory in a writable
+bucket must not be able to run code.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+from typing import List, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import config as job_config
+from transforms.secret import SecretRef
+from transforms.streams import codec
+
+COMMITTED = "_COMMITTED"
+LEDGER = "ledger.json"
+COMMITS = "commits"
+
+
+class ConcurrentRun(RuntimeError):
+    """Another run committed the same steps first; this run published nothing."""
+
+
+def encode(value) -> str:
+    """A checkpoint line: versioned JSON of plain values and known state classes (never
+    pickle: a state directory in a writable bucket must not be able to run code)."""
+    return codec.dumps(value)
+
+
+def decode(line: str):
+    return codec.loads(line)
+
+
+def join(*parts) -> str:
+    return FileSystems.join(*parts)
+
+
+def marker_path(state_dir: str, released: int) -> str:
+    return join(state_dir, COMMITS, f"from-{released:08d}.json")
+
+
+def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
+    """The chain of committed checkpoints [(steps released, folder)], following the commit
+    markers from step 0 (a checkpoint folder without a marker is a killed or losing run)."""
+    out, released = [], 0
+    while FileSystems.exists(marker_path(state_dir, released)):
+        with FileSystems.open(marker_path(state_dir, released)) as handle:
+            marker = json.loads(handle.read().decode("utf-8"))
+        out.append((marker["steps"][1], marker["checkpoint"]))
+        released = marker["steps"][1]
+    return out
+
+
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Atomically create `path` with `data` unless it exists: True if this call created it.
+
+    Local paths: O_CREAT | O_EXCL. gs://: an object write with if_generation_match=0 (needs
+    google-cloud-storage, the [gcp] extra; GCS preconditions are strongly consistent). Other
+    filesystems offer no atomic create-if-absent through Beam and are refused."""
+    if "://" not in path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except OSError as error:
+            if error.errno == errno.EEXIST:
+                return False
+            raise
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        return True
+    if path.startswith("gs://"):
+        from google.api_core.exceptions import PreconditionFailed
+        from google.cloud import storage
+        bucket, _, name = path[len("gs://"):].partition("/")
+        try:
+            storage.Client().bucket(bucket).blob(name).upload_from_string(
+                data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+    job_config.fail("--state-dir", "a local path or gs:// (committing needs an atomic "
+                                   "create-if-absent)", path)
+
+
+def fingerprint(job: job_config.JobConfig) -> dict:
+    return {"transform": job.transform, "fields": job.fields,
+            "timestamp_format": job.timestamp_format, "origin": job.origin,
+            "step_seconds": job.step_seconds,
+            "horizon": job.horizon, "privacy": job.privacy, "noise": job.noise,
+            "bounds": job.bounds, "public_keys": job.public_keys, "mechanism": job.mechanism,
+            "mechanism_params": job.mechanism_params, "confidence": job.confidence}
+
+
+NEW_STATE_DIRECTORY = ("a new state directory would be a new release: it spends the budget "
+                       "again on the same data")
+
+
+def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: str) -> None:
+    """Refuse a run that differs from the release this state directory started."""
+    if ledger.get("secret_fingerprint") != secret_fingerprint:
+        job_config.fail("secret", f"the secret this release started with (fingerprint "
+                                  f"{ledger.get('secret_fingerprint', '?')[:12]}...; "
+                                  f"{NEW_STATE_DIRECTORY})",
+                        f"a secret with fingerprint {secret_fingerprint[:12]}...")
+    spent = ledger["config"]
+    for name, value in fingerprint(job).items():
+        if name == "mechanism" and value == "auto":
+            continue  # the ledger's resolved mechanism is used
+        if spent.get(name) != value:
+            job_config.fail(name, f"what this release was started with ({spent.get(name)!r}; "
+                                  f"{NEW_STATE_DIRECTORY})", value)
+
+
+def stored_secret(state_dir: str) -> SecretRef:
+    """The release's secret kept in the state directory: created once, atomically, mode 0600
+    from the start on local paths (no readable window, no overwrite by a concurrent run)."""
+    path = join(state_dir, "secret")
+    if "://" not in path:
+        os.makedirs(state_dir, exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return SecretRef(path=path)
+        with os.fdopen(handle, "wb") as out:
+            out.write(secrets.token_hex(32).encode("ascii"))
+        return SecretRef(path=path)
+    if not FileSystems.exists(path):  # object stores: access is the bucket's IAM policy
+        create_if_absent(path, secrets.token_hex(32).encode("ascii"))
+    return SecretRef(path=path)
+
+
+def read_states(pipeline, label: str, folder, name: str):
+    """(unit or key, state) pairs stored by the previous run, or an empty PCollection."""
+    pattern = join(folder, f"{name}-*") if folder else None
+    if pattern is None or not FileSystems.match([pattern])[0].metadata_list:
+        return pipeline | f"No{label}" >> beam.Create([])
+    return (pipeline | f"Read{label}" >> beam.io.ReadFromText(pattern)
+            | f"Decode{label}" >> beam.Map(decode))
+
+
+def write_states(states, label: str, folder: str, name: str) -> None:
+    (states | f"Encode{label}" >> beam.Map(encode)
+     | f"Store{label}" >> beam.io.WriteToText(join(folder, name)))
+
+
+def write_text(path, text):
+    with FileSystems.create(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def read_json(path):
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read().decode("utf-8"))

@@ -1,0 +1,76 @@
+"""The architecture's rules, checked on the source: no module imports another module's private
+(underscore-prefixed) names, no in-band sentinels are decoded, the Beam-free cores import no
+Beam."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("transforms", "pipelines", "benchmarks", "tests")
+
+
+def modules():
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    yield os.path.relpath(os.path.join(folder, name), ROOT)
+
+
+def private_imports(path):
+    """(line, text) of every import of an underscore-prefixed name or module from another
+    module (`from m import _x`, `import m._x`, `from m import _x as y`)."""
+    tree = ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".")
+            names = [alias.name for alias in node.names]
+            if any(p.startswith("_") and not p.startswith("__") for p in parts) or any(
+                    n.startswith("_") and not n.startswith("__") for n in names):
+                found.append((node.lineno, f"from {node.module} import {', '.join(names)}"))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if any(p.startswith("_") and not p.startswith("__")
+                       for p in alias.name.split(".")):
+                    found.append((node.lineno, f"import {alias.name}"))
+    return found
+
+
+def test_the_rule_catches_private_imports(tmp_path):
+    """The checker itself can fail (negative control)."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("from transforms.stages import _ReleaseKeysFn\nimport os._x\n"
+                      "from transforms import validation\n")
+    rel = os.path.relpath(sample, ROOT)
+    assert [line for line, _ in private_imports(rel)] == [1, 2]
+
+
+@pytest.mark.parametrize("path", list(modules()))
+def test_no_module_imports_another_modules_private_names(path):
+    assert private_imports(path) == []
+
+
+def test_no_in_band_sentinels_are_decoded():
+    pattern = re.compile(r"isinstance\(value, str\)|HALT_VALUE|zero_noise_for_tests|== \"zero\"")
+    hits = [f"{path}:{i}" for path in modules() if not path.startswith("tests")
+            for i, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1)
+            if pattern.search(line)]
+    assert hits == []
+
+
+@pytest.mark.parametrize("package", ["transforms/mechanisms", "transforms/streams"])
+def test_beam_free_cores_import_no_beam(package):
+    for folder, _, files in os.walk(os.path.join(ROOT, package)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.relpath(os.path.join(folder, name), ROOT)
+                tree = ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read())
+                imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                            for a in n.names] + [n.module or "" for n in ast.walk(tree)
+                                                 if isinstance(n, ast.ImportFrom)]
+                assert not any(m.startswith("apache_beam") for m in imported), path

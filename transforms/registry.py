@@ -1,0 +1,75 @@
+"""One row per transform: its class, the input fields it reads (in element order), and its
+bounds with their defaults. Config validation (`pipelines.config`), element parsing
+(`pipelines.io`) and the README's config reference are derived from these rows, so adding a
+transform touches one row here, one problem in `streams/units.py` and one class in
+`continual.py`. Imports no Beam (classes are loaded on first use).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Dict, Optional, Tuple
+
+REQUIRED = "<required>"
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformSpec:
+    name: str
+    class_name: str                 # in transforms.continual
+    shape: Tuple[Any, ...]          # element shape: role names, nested tuples for pairs
+    bounds: Dict[str, Any]          # bound -> default (REQUIRED: must be given)
+    numeric: Tuple[str, ...] = ()   # roles parsed as numbers
+    single_key: Optional[str] = None  # the one public key of a transform without key lists
+    summary: str = ""
+
+    @property
+    def roles(self) -> Tuple[str, ...]:
+        """The input fields: the timestamp, then the shape's roles in order."""
+        def flat(shape):
+            for part in shape:
+                yield from (flat(part) if isinstance(part, tuple) else (part,))
+        return ("timestamp",) + tuple(flat(self.shape))
+
+    def element(self, values: Dict[str, Any]):
+        """Role values -> the transform's element, e.g. (op, (a, b))."""
+        def build(shape):
+            return tuple(build(p) if isinstance(p, tuple) else values[p] for p in shape)
+        return build(self.shape)
+
+    def transform_class(self):
+        return getattr(importlib.import_module("transforms.continual"), self.class_name)
+
+
+_COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
+                 "max_keys_per_unit": 1}
+
+SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
+    TransformSpec("count", "ContinualCount", ("unit", "key"), _COUNT_BOUNDS,
+                  summary="running count of events per key (user-level)"),
+    TransformSpec("sum", "ContinualSum", ("unit", "key", "value"),
+                  {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
+                  numeric=("value",), summary="running sum of clamped values per key"),
+    TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
+                  {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
+                  summary="distinct present items per key (item-level)"),
+    TransformSpec("degree_count", "ContinualDegreeCount", ("op", ("a", "b")),
+                  {"max_updates": REQUIRED}, summary="degree of every public node "
+                                                      "(edge-level)"),
+    TransformSpec("triangle_count", "ContinualTriangleCount", ("op", ("a", "b")),
+                  {"max_degree": REQUIRED, "max_contribution": REQUIRED},
+                  single_key="triangles", summary="triangle count of one graph (edge-level, "
+                                                  "bounded-degree graphs)"),
+    TransformSpec("release", "ContinualRelease", ("key", "value"),
+                  {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1},
+                  numeric=("value",), summary="already-computed differences with a declared "
+                                              "bound"),
+)}
+
+NAMES = tuple(SPECS)
+
+
+def spec(name: str) -> TransformSpec:
+    from transforms.validation import one_of
+    one_of("transform", name, NAMES)
+    return SPECS[name]

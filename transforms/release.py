@@ -1,0 +1,148 @@
+"""One release: its identity, the per-key mechanism a worker rebuilds, and its public records.
+
+The noise of a release is keyed by (secret, release_id, descriptor_digest, key, node): two
+releases never share noise, a retried bundle or a resumed run re-derives the same noise. Imports
+no Beam.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Optional, Protocol, Tuple
+
+from transforms.mechanisms import make
+from transforms.mechanisms.noise import NoiseSource
+from transforms.steps import TimeSteps
+from transforms.validation import fail
+
+
+class NoiseSecret(Protocol):
+    """What a release needs from its secret (a `SecretRef`, or a test double injected with
+    `noise_source=`): resolved on the worker, never logged or written."""
+    public: bool
+
+    def noise_source(self, release: bytes = b"") -> NoiseSource: ...
+
+    def fingerprint(self) -> str: ...
+
+    def secret_bytes(self) -> bytes: ...
+
+    def describe(self) -> str: ...
+
+
+def key_text(key) -> str:
+    """The key as written in records (str keys as they are, others by repr)."""
+    return key if isinstance(key, str) else repr(key)
+
+
+def noise_stream(key) -> str:
+    """The noise stream of a public key: type-tagged, so 5 and "5" never share noise (shared
+    noise would reveal the exact difference of their true values)."""
+    return f"{type(key).__name__}:{key!r}"
+
+
+def public_key_digest(keys) -> str:
+    """SHA-256 of the typed public key list (part of the release descriptor)."""
+    typed = [[type(k).__name__, key_text(k)] for k in keys]
+    return hashlib.sha256(json.dumps(typed, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def descriptor_digest(descriptor: dict) -> str:
+    return hashlib.sha256(json.dumps(descriptor, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def derived_release_id(secret: bytes, digest: str) -> str:
+    """The release id of an insecure (seeded) release: reproducible from the seed."""
+    return hashlib.sha256(b"dp-continual-release/release-id\x00" + secret
+                          + bytes.fromhex(digest)).hexdigest()[:32]
+
+
+def check_release_id(release_id) -> str:
+    if not isinstance(release_id, str) or len(release_id) != 32 or any(
+            c not in "0123456789abcdef" for c in release_id):
+        fail("release_id", "32 lowercase hex digits (a 128-bit release nonce)", release_id)
+    return release_id
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseConfig:
+    """Everything a worker needs to rebuild the per-key mechanism (picklable, no secret)."""
+    steps: TimeSteps
+    mechanism: str
+    params: Tuple[Tuple[str, Any], ...]
+    key_privacy: Tuple[Tuple[str, float], ...]
+    total_privacy: Tuple[Tuple[str, float], ...]
+    max_contributions: int
+    interval_bound: int
+    keys_per_unit: int
+    confidence: float
+    secret: Any  # a NoiseSecret
+    release_delay_steps: int
+    release_id: str
+    descriptor_digest: str
+    noise_kind: str = "discrete"
+    private: bool = True
+    value_scale: float = 1.0   # records = scale x released grid units (ContinualSum's grid)
+    diagnostics: bool = False
+    integer_values: bool = True  # the mechanism releases exact integers
+    secret_fingerprint: Optional[str] = None  # checked on the worker (scheduled releases)
+
+    @property
+    def release_binding(self) -> bytes:
+        return bytes.fromhex(self.release_id) + bytes.fromhex(self.descriptor_digest)
+
+    def build(self):
+        return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
+                    max_contributions=self.max_contributions,
+                    interval_bound=self.interval_bound,
+                    noise_source=self.secret.noise_source(release=self.release_binding),
+                    noise=self.noise_kind, **dict(self.params))
+
+    def state_tag(self) -> bytes:
+        """16 bytes that bind a stored mechanism state to this release and its secret (state
+        continued under another secret or release would re-draw published noise). Checks the
+        worker's secret against the one the release started with."""
+        fingerprint = self.secret.fingerprint()
+        if self.secret_fingerprint is not None and fingerprint != self.secret_fingerprint:
+            fail("secret", f"the secret this release started with (fingerprint "
+                           f"{self.secret_fingerprint[:12]}...) on the worker too",
+                 "another secret")
+        return hashlib.sha256(b"dp-continual-release/state\x00" + self.release_binding
+                              + fingerprint.encode("ascii")).digest()[:16]
+
+
+class RecordMaker:
+    """The release's mechanism and its public records (built once per worker)."""
+
+    def __init__(self, config: ReleaseConfig):
+        self.config = config
+        self.mechanism = config.build()
+        self.std = self.mechanism.noise_std()
+        self.half = self.mechanism.confidence_half_width(config.confidence)
+        total = dict(config.total_privacy)
+        self.template = {
+            "confidence": config.confidence, "mechanism": config.mechanism,
+            "mechanism_params": json.dumps(dict(config.params), sort_keys=True),
+            "epsilon": total.get("epsilon"), "delta": total.get("delta"),
+            "rho": total.get("rho"), "release_id": config.release_id,
+            "private": config.private, "noise": self.mechanism.noise_name}
+
+    def for_key(self, key):
+        return self.mechanism.for_stream(noise_stream(key))
+
+    def record(self, key, step: int, value: float) -> dict:
+        """One public record. With discrete noise the released value and its interval are
+        exact integers (times the value grid of ContinualSum)."""
+        config, steps = self.config, self.config.steps
+        width, deviation = float(self.half[step]), float(self.std[step])
+        if config.integer_values:
+            value, width = int(value), int(width)
+        low, high, scale = value - width, value + width, config.value_scale
+        if scale != 1.0:
+            value, low, high = value * scale, low * scale, high * scale
+            deviation = deviation * scale
+        return {"key": key_text(key), "step": step,
+                "window_start": steps.iso(steps.start(step)),
+                "window_end": steps.iso(steps.end(step)), "value": value, "stddev": deviation,
+                "ci_low": low, "ci_high": high, **self.template}
