@@ -9,7 +9,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import TimestampedValue
 
-from tests.beam_helpers import run
+from tests.support.beam import run
 from tests.support.noise import ZERO
 from transforms import (ContinualCount, ContinualCountDistinct, ContinualDegreeCount,
                         ContinualRelease, ContinualSum, ContinualTriangleCount, SecretRef,
@@ -180,7 +180,7 @@ def test_late_event_in_streaming_goes_to_dead_letters():
     from apache_beam.transforms.window import TimestampedValue
     import apache_beam as beam
     import tempfile
-    from tests.beam_helpers import AppendJson, read_json_lines
+    from tests.support.beam import AppendJson, read_json_lines
     folder = tempfile.mkdtemp()
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True

@@ -74,3 +74,10 @@ def test_beam_free_cores_import_no_beam(package):
                             for a in n.names] + [n.module or "" for n in ast.walk(tree)
                                                  if isinstance(n, ast.ImportFrom)]
                 assert not any(m.startswith("apache_beam") for m in imported), path
+
+
+def test_readme_config_reference_is_the_registry():
+    from transforms import registry
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = text.split("<!-- registry:start -->\n", 1)[1].split("\n<!-- registry:end -->", 1)[0]
+    assert block == registry.config_reference()

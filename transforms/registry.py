@@ -73,3 +73,20 @@ def spec(name: str) -> TransformSpec:
     from transforms.validation import one_of
     one_of("transform", name, NAMES)
     return SPECS[name]
+
+
+def config_reference() -> str:
+    """The README's per-transform config table (kept equal to the README by a test;
+    regenerate with `python3 -m transforms.registry`)."""
+    def default(value):
+        return "required" if value == REQUIRED else ("none" if value is None else repr(value))
+    lines = ["| `transform` | `input.fields` roles | `bounds` (default) | releases |",
+             "|---|---|---|---|"]
+    for spec in SPECS.values():
+        bounds = ", ".join(f"`{k}` ({default(v)})" for k, v in spec.bounds.items())
+        lines.append(f"| `{spec.name}` | {', '.join(spec.roles)} | {bounds} | {spec.summary} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(config_reference())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.mechanisms.contract import integer_law_pvalue
+from tests.support.contract import integer_law_pvalue
 from transforms.mechanisms import discrete
 from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE, BitStream,
                                             DiscreteSampler, bernoulli_exp, geometric)

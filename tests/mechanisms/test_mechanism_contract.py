@@ -1,5 +1,5 @@
 """Every mechanism and option set runs the shared contract of contract.py."""
-from tests.mechanisms.contract import MechanismContract
+from tests.support.contract import MechanismContract
 
 
 class TestBinaryTree(MechanismContract):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.mechanisms.brute_force import sensitivity_set
+from tests.support.brute_force import sensitivity_set
 from transforms.mechanisms import make as make_mechanism
 from transforms.mechanisms.sensitivity import (is_monotone_toeplitz, max_plus,
                                                split_over_parts, toeplitz_set_sensitivity)

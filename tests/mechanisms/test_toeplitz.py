@@ -121,7 +121,7 @@ def test_discrete_sqrt_output_is_a_function_of_an_integer_vector_only():
 def test_discrete_sqrt_sensitivity_covers_rounding_by_brute_force():
     """max over v in S_{D,k} and random x of ||round(R~ (x + v) / g) - round(R~ x / g)||_2
     never exceeds the claimed sensitivity of y (T = 8, D = 1, k = 2 and D = 2, k = 3)."""
-    from tests.mechanisms.brute_force import brute_sensitivity, sensitivity_set
+    from tests.support.brute_force import brute_sensitivity, sensitivity_set
     rng = np.random.default_rng(6)
     for d, k in ((1, 2), (2, 3)):
         mechanism = discrete_sqrt(8, seed=1, max_contributions=k, interval_bound=d)
@@ -142,7 +142,7 @@ def test_discrete_sqrt_sensitivity_covers_rounding_by_brute_force():
 def test_discrete_sqrt_variance_and_coverage():
     """Empirical noise variance against the analytic one (z-tests, false failure ~1e-5) and
     per-step coverage >= the level (Chernoff/subgaussian intervals are conservative)."""
-    from tests.mechanisms.contract import Z_CHECK, variance_check
+    from tests.support.contract import Z_CHECK, variance_check
     mechanism = discrete_sqrt(64, seed=12)
     z_pooled, z_steps = variance_check(mechanism, streams=500, steps=64)
     assert abs(z_pooled) < Z_CHECK and np.max(np.abs(z_steps)) < 5.0

@@ -1,5 +1,5 @@
 """The stream core must import and run without Apache Beam."""
-from tests.beam_free import assert_runs_without_beam
+from tests.support.beam_free import assert_runs_without_beam
 
 
 def test_streams_import_no_apache_beam():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.streams.helpers import max_interval_sum
+from tests.support.streams import max_interval_sum
 from transforms.streams import ContributionBounds, count_streams
 
 

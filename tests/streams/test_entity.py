@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.streams.helpers import (flippancy, is_alternating, max_interval_sum, presence_by_step,
+from tests.support.streams import (flippancy, is_alternating, max_interval_sum,
+                                   neighbour_differences, presence_by_step,
                                    random_item_stream)
 from transforms.streams import (EntityCardinality, EntityState, count_distinct,
                                 count_distinct_streams, entity_difference_streams)
@@ -66,15 +67,6 @@ def test_truncation_is_identity_when_flippancy_is_within_bound():
         assert np.array_equal(result.stream(None), reference_count_distinct(records, horizon))
         checked += k > 1
     assert checked > 100
-
-
-def neighbour_differences(records, horizon, make_streams, entity_of=lambda r: r[2]):
-    """d(x) - d(y) for every neighbour y of x (all updates of one entity removed), per key."""
-    full = make_streams(records)
-    for entity in {entity_of(r) for r in records}:
-        neighbour = make_streams([r for r in records if entity_of(r) != entity])
-        keys = set(full.streams) | set(neighbour.streams)
-        yield entity, {key: full.stream(key) - neighbour.stream(key) for key in keys}
 
 
 def check_count_distinct_theorems(machine_factory, seed, streams=N_STREAMS):

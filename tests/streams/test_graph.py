@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.streams.helpers import (is_alternating, max_interval_sum, presence_by_step,
+from tests.support.streams import (is_alternating, max_interval_sum, presence_by_step,
                                    random_edge_stream, triangles_from_scratch)
-from tests.streams.test_entity import neighbour_differences
+from tests.support.streams import neighbour_differences
 from transforms.streams import (BoundViolation, EdgeDegreeContribution, EdgeState,
                                 TriangleCounter, canonical_edge, degree_streams,
                                 triangle_streams)

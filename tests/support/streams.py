@@ -60,3 +60,12 @@ def triangles_from_scratch(edges_present):
         adjacency[b].add(a)
     return sum(1 for a, b, c in itertools.combinations(nodes, 3)
                if b in adjacency[a] and c in adjacency[a] and c in adjacency[b])
+
+
+def neighbour_differences(records, horizon, make_streams, entity_of=lambda r: r[2]):
+    """d(x) - d(y) for every neighbour y of x (all updates of one entity removed), per key."""
+    full = make_streams(records)
+    for entity in {entity_of(r) for r in records}:
+        neighbour = make_streams([r for r in records if entity_of(r) != entity])
+        keys = set(full.streams) | set(neighbour.streams)
+        yield entity, {key: full.stream(key) - neighbour.stream(key) for key in keys}
