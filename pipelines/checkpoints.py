@@ -8,6 +8,7 @@ bucket must not be able to run code.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -94,12 +95,21 @@ def create_if_absent(path: str, data: bytes) -> bool:
 
 
 def fingerprint(job: job_config.JobConfig) -> dict:
-    return {"transform": job.transform, "fields": job.fields,
-            "timestamp_format": job.timestamp_format, "origin": job.origin,
-            "step_seconds": job.step_seconds,
-            "horizon": job.horizon, "privacy": job.privacy, "noise": job.noise,
-            "bounds": job.bounds, "public_keys": job.public_keys, "mechanism": job.mechanism,
-            "mechanism_params": job.mechanism_params, "confidence": job.confidence}
+    """Every config field that defines the release (not where it reads or writes), flattened
+    to dotted names: the ledger refuses a run whose fingerprint differs."""
+    sections = {"transform": job.transform,
+                "input": {"fields": job.input.fields,
+                          "timestamp_format": job.input.timestamp_format},
+                "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
+                "bounds": job.bounds, "public_keys": job.public_keys,
+                "mechanism": dataclasses.asdict(job.mechanism), "confidence": job.confidence}
+    flat = {}
+    for name, value in sections.items():
+        if isinstance(value, dict) and name != "bounds":
+            flat.update({f"{name}.{k}": v for k, v in value.items()})
+        else:
+            flat[name] = value
+    return flat
 
 
 NEW_STATE_DIRECTORY = ("a new state directory would be a new release: it spends the budget "
@@ -115,7 +125,7 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
                         f"a secret with fingerprint {secret_fingerprint[:12]}...")
     spent = ledger["config"]
     for name, value in fingerprint(job).items():
-        if name == "mechanism" and value == "auto":
+        if name in ("mechanism.name", "mechanism.params") and job.mechanism.name == "auto":
             continue  # the ledger's resolved mechanism is used
         if spent.get(name) != value:
             job_config.fail(name, f"what this release was started with ({spent.get(name)!r}; "

@@ -10,11 +10,13 @@ import datetime
 import math
 import numbers
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
 from transforms import registry
+from transforms.secret import SecretRef
+from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
 from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
 from transforms.validation import fail
@@ -83,32 +85,96 @@ def resolve_path(path: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class InputSpec:
+    path: str
+    format: str
+    fields: Dict[str, str]            # role -> column
+    timestamp_format: str = "iso"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsSpec:
+    origin: float                     # seconds since the epoch
+    size_seconds: float
+    horizon: int
+
+    def time_steps(self) -> TimeSteps:
+        return TimeSteps(self.origin, self.size_seconds, self.horizon)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacySpec:
+    """The release's total budget (exactly what the transform takes) and its noise kind."""
+    epsilon: Optional[float] = None
+    rho: Optional[float] = None
+    delta: Optional[float] = None
+    noise: str = "discrete"
+
+    @property
+    def budget(self) -> Dict[str, float]:
+        """epsilon / rho / delta as given (the transform resolves them to a PrivacyBudget)."""
+        return {k: v for k, v in (("epsilon", self.epsilon), ("rho", self.rho),
+                                  ("delta", self.delta)) if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismSpec:
+    name: str = "auto"
+    params: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretSpec:
+    """Where the noise secret comes from: env, path, a seed (with insecure), the scheduler's
+    stored secret, or nothing (a fresh secret per local run)."""
+    env: Optional[str] = None
+    path: Optional[str] = None
+    seed: Optional[int] = None
+    stored: bool = False
+    insecure: bool = False            # a public seed: records are marked private: false
+
+    @property
+    def configured(self) -> bool:
+        return self.env is not None or self.path is not None or self.seed is not None
+
+    def ref(self) -> SecretRef:
+        """The configured secret (env, path or seed)."""
+        return SecretRef(env=self.env, path=self.path, seed=self.seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    path: str
+    formats: Tuple[str, ...] = ("parquet", "jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
 class JobConfig:
+    """A validated job: nested, immutable, built once by `validate`."""
     job: str
     transform: str
-    input_path: str
-    input_format: str
-    fields: Dict[str, str]
-    timestamp_format: str
-    origin: float
-    step_seconds: float
-    horizon: int
-    privacy: Dict[str, float]
-    bounds: Dict[str, Any]
+    input: InputSpec
+    steps: StepsSpec
+    privacy: PrivacySpec
+    bounds: Dict[str, Any]            # the transform's registry bounds, defaults filled in
     public_keys: List[Any]
-    mechanism: str
-    mechanism_params: Dict[str, Any]
+    mechanism: MechanismSpec
     confidence: float
-    secret: Dict[str, Any]        # {} (an ephemeral secret), env, path, seed or stored
-    output_path: str
-    output_formats: List[str]
-    noise: str = "discrete"
-    insecure: bool = False        # a public seed: records are marked private: false
+    secret: SecretSpec
+    output: OutputSpec
 
     @property
     def operator_path(self) -> str:
         """Operator-only folder: dead letters and exact counts (not private)."""
-        return os.path.join(self.output_path, f"{self.job}-operator")
+        return os.path.join(self.output.path, f"{self.job}-operator")
+
+    @property
+    def public_path(self) -> str:
+        return os.path.join(self.output.path, self.job)
+
+    def replace(self, **changes) -> "JobConfig":
+        """A copy with some sections replaced (e.g. output=OutputSpec(...))."""
+        return dataclasses.replace(self, **changes)
 
 
 def load(path: str) -> JobConfig:
@@ -235,10 +301,13 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("output.formats", "a non-empty list of " + ", ".join(
             repr(f) for f in OUTPUT_FORMATS), formats)
 
-    return JobConfig(job, transform, resolve_path(source["path"]), fmt, dict(fields),
-                     timestamp_format, origin, size, horizon, dict(privacy), bounds, keys, name,
-                     dict(params), float(confidence), dict(secret), output["path"], formats,
-                     noise, bool(insecure))
+    return JobConfig(job, transform,
+                     InputSpec(resolve_path(source["path"]), fmt, dict(fields),
+                               timestamp_format),
+                     StepsSpec(origin, size, horizon), PrivacySpec(**privacy, noise=noise),
+                     bounds, keys, MechanismSpec(name, dict(params)), float(confidence),
+                     SecretSpec(**secret, insecure=bool(insecure)),
+                     OutputSpec(output["path"], tuple(formats)))
 
 
 def _public_keys(raw, base_dir):

@@ -32,7 +32,7 @@ class ToElement(beam.DoFn):
         self.job = job
 
     def process(self, row):
-        job, fields = self.job, self.job.fields
+        job, fields = self.job, self.job.input.fields
         try:
             values = {role: row[column] for role, column in fields.items()}
         except (KeyError, TypeError) as error:
@@ -41,7 +41,7 @@ class ToElement(beam.DoFn):
             return
         try:
             stamp = values.pop("timestamp")
-            seconds = float(stamp) if job.timestamp_format == "seconds" else \
+            seconds = float(stamp) if job.input.timestamp_format == "seconds" else \
                 job_config.parse_time("timestamp", stamp)
         except (ValueError, TypeError) as error:
             yield beam.pvalue.TaggedOutput(DEAD, {"record": repr(row)[:500],
@@ -63,15 +63,15 @@ def _number(value):
 def read_elements(pipeline, job: job_config.JobConfig):
     """-> (elements with event times, [dead-letter PCollections])."""
     rows = read_rows(pipeline, job)
-    main_rows = rows if job.input_format == "parquet" else rows.rows
+    main_rows = rows if job.input.format == "parquet" else rows.rows
     elements = main_rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
         DEAD, main="elements")
-    dead = [elements[DEAD]] + ([] if job.input_format == "parquet" else [rows[DEAD]])
+    dead = [elements[DEAD]] + ([] if job.input.format == "parquet" else [rows[DEAD]])
     return elements.elements, dead
 
 
 def write_records(records, job: job_config.JobConfig, prefix: str) -> None:
-    for fmt in job.output_formats:
+    for fmt in job.output.formats:
         records | f"Write {fmt}" >> SINKS[fmt](prefix)
 
 
@@ -82,13 +82,13 @@ def write_dead_letters(dead_letters, prefix: str) -> None:
 
 
 def read_rows(pipeline, job: job_config.JobConfig):
-    if job.input_format == "parquet":
-        return pipeline | "ReadParquet" >> beam.io.ReadFromParquet(job.input_path)
+    if job.input.format == "parquet":
+        return pipeline | "ReadParquet" >> beam.io.ReadFromParquet(job.input.path)
     lines = pipeline | "ReadText" >> beam.io.ReadFromText(
-        job.input_path, skip_header_lines=1 if job.input_format == "csv" else 0)
-    if job.input_format == "jsonl":
+        job.input.path, skip_header_lines=1 if job.input.format == "csv" else 0)
+    if job.input.format == "jsonl":
         return lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(DEAD, main="rows")
-    header = _csv_header(job.input_path)
+    header = _csv_header(job.input.path)
     return lines | "ParseCsv" >> beam.ParDo(_ParseCsv(header)).with_outputs(DEAD, main="rows")
 
 

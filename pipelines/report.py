@@ -65,8 +65,8 @@ def true_totals(config_path: str) -> Dict[str, List[float]]:
     from pipelines import run as job_run
     job = job_config.load(config_path)
     folder = tempfile.mkdtemp(prefix="truth-")
-    job = job_config.JobConfig(**{**job.__dict__, "output_path": folder,
-                                  "output_formats": ["jsonl"], "insecure": True})
+    job = job.replace(output=job_config.OutputSpec(folder, ("jsonl",)),
+                      secret=job_config.SecretSpec(insecure=True))
     transform = job_run.build_transform(job, noise_source=NoNoise())
     try:
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:

@@ -68,19 +68,19 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
     source instead, e.g. the report's exact totals); `release_id` and `mechanism` (name,
     params) continue an existing release (the scheduler's ledger)."""
     if secret is None and noise_source is None:
-        if "stored" in job.secret:
+        if job.secret.stored:
             job_config.fail("secret.stored", "used with a state directory "
                                              "(python3 -m pipelines.schedule)", True)
-        if not job.secret:
+        if not job.secret.configured:
             job_config.fail("secret", "configured (env or path) for this runner", "none")
-        secret = SecretRef(**job.secret)
-    name, params = mechanism or (job.mechanism, job.mechanism_params)
-    kwargs = dict(steps=TimeSteps(job.origin, job.step_seconds, job.horizon),
+        secret = job.secret.ref()
+    name, params = mechanism or (job.mechanism.name, job.mechanism.params)
+    kwargs = dict(steps=job.steps.time_steps(),
                   mechanism=name, mechanism_params=params or None,
                   confidence=job.confidence, secret=secret, noise_source=noise_source,
-                  insecure=job.insecure,
-                  noise=job.noise, release_id=release_id,
-                  secret_fingerprint=secret_fingerprint, **job.privacy, **job.bounds)
+                  insecure=job.secret.insecure,
+                  noise=job.privacy.noise, release_id=release_id,
+                  secret_fingerprint=secret_fingerprint, **job.privacy.budget, **job.bounds)
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys
@@ -106,7 +106,7 @@ def build(pipeline, job: job_config.JobConfig, transform=None) -> str:
     # elements of the transform, timestamped with event time
     result = elements | job.transform >> (transform or build_transform(job))
     # records (one per public key and step) + dead letters
-    folder = os.path.join(job.output_path, job.job)
+    folder = os.path.join(job.output.path, job.job)
     io.write_records(result.records, job, os.path.join(folder, "records"))
     io.write_dead_letters(dead + [result.dead_letters],
                           os.path.join(job.operator_path, "dead_letters"))
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     runner = runner_of(beam_args)
     try:
         job = job_config.load(args.config)
-        if not job.secret and runner not in LOCAL_RUNNERS:
+        if not job.secret.configured and runner not in LOCAL_RUNNERS:
             job_config.fail("secret", f"configured (env or path) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
     except ValueError as error:
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     if not any(a.startswith("--runner") for a in beam_args):
         beam_args = ["--runner=FnApiRunner", *beam_args]
     with contextlib.ExitStack() as stack:
-        secret = stack.enter_context(ephemeral_secret()) if not job.secret else None
+        secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
         try:
             transform = build_transform(job, secret)
         except ValueError as error:
@@ -143,16 +143,17 @@ def main(argv=None) -> int:
     write_operator_readme(job)
     info = transform.display_data()
     print(f"job {job.job}: {job.transform} with {info['mechanism']} "
-          f"{info['mechanism_params']}, horizon {job.horizon} x {job.step_seconds:g} s, "
-          f"{len(job.public_keys)} public key(s), privacy {job.privacy}, noise {info['noise']}")
+          f"{info['mechanism_params']}, horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
+          f"{len(job.public_keys)} public key(s), privacy {job.privacy.budget}, "
+          f"noise {info['noise']}")
     if transform.private:
         print(f"release {transform.release_id}: a new release with fresh noise; it spent "
-              f"{job.privacy} on this data (again, if this data was released before)")
+              f"{job.privacy.budget} on this data (again, if this data was released before)")
     else:
         print(f"release {transform.release_id}: INSECURE demo release (fixed seed): records "
               f"are marked private: false", file=sys.stderr)
     print(f"records:      {os.path.join(folder, 'records')}-*."
-          f"{{{','.join(job.output_formats)}}}")
+          f"{{{','.join(job.output.formats)}}}")
     print(f"manifest:     {os.path.join(folder, 'release.json')}")
     print(f"operator-only (not private): {os.path.join(job.operator_path, 'dead_letters')}"
           f"-*.jsonl")

@@ -49,7 +49,6 @@ from pipelines.checkpoints import (COMMITTED, LEDGER, NEW_STATE_DIRECTORY, Concu
                                    check_ledger, committed_checkpoints, create_if_absent,
                                    fingerprint, join, marker_path, read_json, read_states,
                                    stored_secret, write_states, write_text)
-from transforms.secret import SecretRef
 from transforms.sinks import WriteRecordsToJsonLines, write_records_files
 from transforms.stages import StepWindow
 
@@ -75,8 +74,7 @@ def build(pipeline, job, transform, released, complete, previous, folder):
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
-    secret = stored_secret(state_dir) if "stored" in job.secret or not job.secret else \
-        SecretRef(**job.secret)
+    secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)
     secret_fingerprint = secret.fingerprint()
     checkpoints = committed_checkpoints(state_dir)
     released, previous = checkpoints[-1] if checkpoints else (0, None)
@@ -96,7 +94,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     else:
         transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
     republish_missing(job, checkpoints)
-    complete = max(0, min(job.horizon, math.floor((now - job.origin) / job.step_seconds)))
+    complete = max(0, min(job.steps.horizon, math.floor((now - job.steps.origin) / job.steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
         return {"released_before": released, "released_after": released, "new_steps": 0,
@@ -137,7 +135,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
 
 def _published_prefix(job, released, complete) -> str:
     # a folder of its own, so a report over `pipelines.run`'s records never mixes the two
-    return os.path.join(job.output_path, f"{job.job}-scheduled",
+    return os.path.join(job.output.path, f"{job.job}-scheduled",
                         f"records-steps-{released}-{complete}")
 
 
@@ -161,7 +159,7 @@ def publish(job, folder, released, complete) -> None:
                         if line.strip())
     rows.sort(key=lambda r: (r["key"], r["step"]))
     out = _published_prefix(job, released, complete)
-    write_records_files(rows, out, job.output_formats)
+    write_records_files(rows, out, job.output.formats)
 
 
 def main(argv=None) -> int:

@@ -98,8 +98,10 @@ def test_transform_specific_required_bounds():
 
 def test_valid_config_and_files(tmp_path):
     job = validate(BASE)
-    assert job.origin == 1767571200.0 and job.horizon == 4 and job.output_formats == [
-        "parquet", "jsonl"]
+    assert job.steps.origin == 1767571200.0 and job.steps.horizon == 4
+    assert job.output.formats == ("parquet", "jsonl")
+    assert job.privacy.budget == {"epsilon": 1.0} and job.privacy.noise == "discrete"
+    assert job.secret.seed == 1 and job.secret.insecure and not job.secret.stored
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(BASE))
     assert load(str(path)) == job

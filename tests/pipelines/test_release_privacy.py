@@ -32,7 +32,7 @@ def demo_count(tmp_path, name, **privacy_and_secret):
 def released(config):
     assert job_run.main(["--config", config]) == 0
     job = job_config.load(config)
-    rows = [json.loads(line) for path in glob.glob(os.path.join(job.output_path, job.job,
+    rows = [json.loads(line) for path in glob.glob(os.path.join(job.output.path, job.job,
                                                                 "records-*.jsonl"))
             for line in open(path)]
     rows.sort(key=lambda r: (r["key"], r["step"]))
@@ -92,10 +92,10 @@ def test_every_run_is_a_new_release_with_fresh_noise(tmp_path, capsys):
     assert [r["value"] for r in first] != [r["value"] for r in second]
     assert all(r["private"] is True and isinstance(r["value"], int) for r in first)
     job = job_config.load(config)
-    public = sorted(os.path.basename(p) for p in glob.glob(os.path.join(job.output_path,
+    public = sorted(os.path.basename(p) for p in glob.glob(os.path.join(job.output.path,
                                                                         job.job, "*")))
     assert public == ["records-00000-of-00001.jsonl", "release.json"]
-    manifest = json.load(open(os.path.join(job.output_path, job.job, "release.json")))
+    manifest = json.load(open(os.path.join(job.output.path, job.job, "release.json")))
     assert manifest["release_id"] == second[0]["release_id"]
     assert manifest["descriptor"]["noise"] == "discrete_laplace"
     operator = os.listdir(job.operator_path)

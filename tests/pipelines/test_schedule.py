@@ -43,7 +43,7 @@ def records_of(patterns):
 def continuous(tmp_path, config):
     assert job_run.main(["--config", config]) == 0
     job = job_config.load(config)
-    return records_of([os.path.join(job.output_path, job.job, "records-*.jsonl")])
+    return records_of([os.path.join(job.output.path, job.job, "records-*.jsonl")])
 
 
 def test_resuming_after_several_runs_equals_one_continuous_run(tmp_path):
@@ -88,13 +88,13 @@ def test_crash_mid_run_keeps_previous_checkpoint_and_next_run_completes(tmp_path
 
 
 @pytest.mark.parametrize("change,field", [
-    ({"privacy": {"rho": 0.25}}, "privacy"),
+    ({"privacy": {"rho": 0.25}}, "privacy.rho"),
     ({"steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 24}},
-     "horizon"),
+     "steps.horizon"),
     ({"bounds": {"max_flips": 3, "max_keys_per_unit": 4, "semantics": "count"}}, "bounds"),
     ({"public_keys": ["berlin", "lisbon"]}, "public_keys"),
     ({"input": {"path": "demo:cart_items.jsonl", "format": "jsonl", "fields": {
-        "timestamp": "ts", "op": "op", "item": "ts", "key": "store"}}}, "fields"),
+        "timestamp": "ts", "op": "op", "item": "ts", "key": "store"}}}, "input.fields"),
 ])
 def test_ledger_refuses_a_conflicting_config(tmp_path, change, field):
     state = str(tmp_path / "state")
@@ -199,7 +199,7 @@ def test_two_concurrent_runs_commit_exactly_once(tmp_path):
     assert len(glob.glob(os.path.join(state, checkpoints.COMMITS, "*"))) == 1
     assert len(checkpoints.committed_checkpoints(state)) == 1
     job = job_config.load(config)
-    published = glob.glob(os.path.join(job.output_path, f"{job.job}-scheduled",
+    published = glob.glob(os.path.join(job.output.path, f"{job.job}-scheduled",
                                         "records-steps-*"))
     assert len(published) == 1  # jsonl only, from the winner
 
@@ -239,7 +239,7 @@ def test_a_run_killed_after_its_commit_is_published_by_the_next_run(tmp_path, mo
         schedule.run_once(config, state, ORIGIN + 4 * HOUR)
     monkeypatch.setattr(schedule, "publish", original)
     job = job_config.load(config)
-    published = os.path.join(job.output_path, f"{job.job}-scheduled", "records-steps-0-4-*")
+    published = os.path.join(job.output.path, f"{job.job}-scheduled", "records-steps-0-4-*")
     assert not glob.glob(published)
     again = schedule.run_once(config, state, ORIGIN + 4.5 * HOUR)  # nothing new to release
     assert again["new_steps"] == 0
