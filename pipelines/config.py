@@ -26,6 +26,10 @@ FORMATS = ("jsonl", "csv", "parquet")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
 ROLES = {name: spec.roles for name, spec in registry.SPECS.items()}
 REQUIRED = registry.REQUIRED
+ID_TYPES = ("id", "str", "int")   # id: a non-empty str or an int, as the input holds it
+TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999 (what timestamps can print)
+MAX_HORIZON = 1 << 22
+MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output")
@@ -90,6 +94,13 @@ class InputSpec:
     format: str
     fields: Dict[str, str]            # role -> column
     timestamp_format: str = "iso"
+    types: Dict[str, str] = dataclasses.field(default_factory=dict)  # role -> declared type
+
+    def type_of(self, role: str) -> str:
+        """The declared type, else: timestamp, float for numeric roles, str for `op`, else id."""
+        if role in self.types:
+            return self.types[role]
+        return {"timestamp": "timestamp", "value": "float", "op": "str"}.get(role, "id")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +188,27 @@ class JobConfig:
         return dataclasses.replace(self, **changes)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML without silently overwritten keys (a duplicate key is an error)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                fail("config", "free of duplicate keys", key)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load(path: str) -> JobConfig:
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
-    except FileNotFoundError:
+            raw = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         fail("config", "an existing YAML file", path)
+    except UnicodeDecodeError:
+        fail("config", "a UTF-8 text file", path)
     except yaml.YAMLError as error:
         fail("config", "valid YAML", str(error).splitlines()[0])
     return validate(raw, base_dir=os.path.dirname(os.path.abspath(path)))
@@ -200,8 +226,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     if transform not in TRANSFORMS:
         fail("transform", "one of " + ", ".join(repr(t) for t in TRANSFORMS), transform)
 
-    source = _section(raw["input"], "input", ("path", "format", "fields", "timestamp_format"),
-                      ("path", "fields"))
+    source = _section(raw["input"], "input", ("path", "format", "fields", "types",
+                                              "timestamp_format"), ("path", "fields"))
     if not isinstance(source["path"], str) or not source["path"]:
         fail("input.path", "a non-empty path (or demo:<file>)", source["path"])
     default_format = os.path.splitext(source["path"])[1].lstrip(".")
@@ -215,12 +241,26 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     timestamp_format = source.get("timestamp_format", "iso")
     if timestamp_format not in ("iso", "seconds"):
         fail("input.timestamp_format", "one of 'iso', 'seconds'", timestamp_format)
+    types = dict(_section(source.get("types") or {}, "input.types", ROLES[transform]))
+    for role, kind in types.items():
+        allowed = ("timestamp",) if role == "timestamp" else (
+            ("float", "int") if role in registry.SPECS[transform].numeric else ID_TYPES)
+        if kind not in allowed:
+            fail(f"input.types.{role}", "one of " + ", ".join(repr(a) for a in allowed), kind)
 
     steps = _section(raw["steps"], "steps", ("origin", "size_seconds", "horizon"),
                      ("origin", "size_seconds", "horizon"))
     origin = parse_time("steps.origin", steps["origin"])
+    if not TIME_RANGE[0] <= origin <= TIME_RANGE[1]:
+        fail("steps.origin", "a time in the years 1 to 9999", steps["origin"])
     size = _positive_number("steps.size_seconds", steps["size_seconds"])
     horizon = _positive_int("steps.horizon", steps["horizon"])
+    if horizon > MAX_HORIZON:  # per-key arrays of T values: memory and time stay bounded
+        fail("steps.horizon", f"<= {MAX_HORIZON} (2^22 steps: each key holds T values)",
+             horizon)
+    if origin + size * horizon > TIME_RANGE[1]:
+        fail("steps.size_seconds", "small enough that the last step ends before the year 10000",
+             steps["size_seconds"])
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise")))
     noise = privacy.pop("noise", "discrete")
@@ -250,6 +290,10 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                 _positive_number(f"bounds.{name}", value)
         elif value is not None:
             _positive_int(f"bounds.{name}", value)
+            if value > MAX_BOUND:  # sensitivities are computed exactly in integers
+                fail(f"bounds.{name}", f"<= {MAX_BOUND} (2^31)", value)
+        if name == "max_value" and value is not None and value > 1e15:
+            fail("bounds.max_value", "<= 1e15 (sums stay exact in float64)", value)
 
     single_key = registry.SPECS[transform].single_key
     if single_key is not None:
@@ -259,6 +303,15 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         keys = [single_key]
     else:
         keys = _public_keys(raw, base_dir)
+        key_type = types.get("key", "id")
+        wrong = [k for k in keys if key_type == "str" and not isinstance(k, str)
+                 or key_type == "int" and not isinstance(k, int)]
+        if wrong:
+            fail("public_keys", f"of the declared key type {key_type!r}", wrong[:3])
+        if fmt == "csv" and key_type == "id" and any(not isinstance(k, str) for k in keys):
+            fail("public_keys", "strings for CSV input (its cells are text; declare "
+                                "`input.types.key: int` for integer keys)",
+                 [k for k in keys if not isinstance(k, str)][:3])
 
     mechanism = _section(raw.get("mechanism") or {}, "mechanism", ("name", "params"))
     name = mechanism.get("name", "auto")
@@ -303,7 +356,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
 
     return JobConfig(job, transform,
                      InputSpec(resolve_path(source["path"]), fmt, dict(fields),
-                               timestamp_format),
+                               timestamp_format, types),
                      StepsSpec(origin, size, horizon), PrivacySpec(**privacy, noise=noise),
                      bounds, keys, MechanismSpec(name, dict(params)), float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),

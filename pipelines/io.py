@@ -8,9 +8,11 @@ row. Rows that cannot be read or mapped become dead letters with a reason.
 from __future__ import annotations
 
 import csv
-import io
 import json
+import math
 import os
+import re
+import tempfile
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -19,10 +21,47 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines import config as job_config
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
+from transforms.stages import DEAD_LETTER, dead_letter
+from transforms.streams.records import is_id
+from transforms.validation import fail
 
-DEAD = "dead_letter"
 SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
          "csv": WriteRecordsToCsv}
+
+
+TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999: what timestamps can print
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_cell(name: str, kind: str, cell, timestamp_format: str = "iso"):
+    """A cell -> its declared type, or a ValidationError "`name` must be ...; got cell.".
+    Strict: booleans are not numbers, "1_000" and " 1" are not numbers, NaN and infinities are
+    refused, timestamps lie in the years 1 to 9999."""
+    if kind == "timestamp":
+        seconds = parse_cell(name, "float", cell) if timestamp_format == "seconds" else \
+            job_config.parse_time(name, cell)
+        if not TIME_RANGE[0] <= seconds <= TIME_RANGE[1]:
+            fail(name, "a time in the years 1 to 9999", cell)
+        return seconds
+    if kind == "float":
+        number = float(cell) if isinstance(cell, str) and _FLOAT.fullmatch(cell) else cell
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or \
+                not math.isfinite(number):
+            fail(name, "a finite number", cell)
+        return float(number)
+    if kind == "int":
+        number = int(cell) if isinstance(cell, str) and _INT.fullmatch(cell) else cell
+        if isinstance(number, bool) or not isinstance(number, int) or abs(number) >= 2 ** 63:
+            fail(name, "an integer", cell)
+        return number
+    if kind == "str":
+        if not isinstance(cell, str) or cell == "":
+            fail(name, "a non-empty string", cell)
+        return cell
+    if not is_id(cell) or isinstance(cell, tuple):  # "id": a non-empty str or an int
+        fail(name, "a non-empty str or int", cell)
+    return cell
 
 
 class ToElement(beam.DoFn):
@@ -32,42 +71,29 @@ class ToElement(beam.DoFn):
         self.job = job
 
     def process(self, row):
-        job, fields = self.job, self.job.input.fields
+        job = self.job
         try:
-            values = {role: row[column] for role, column in fields.items()}
-        except (KeyError, TypeError) as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": repr(row)[:500],
-                                                  "reason": f"missing field {error}"})
-            return
-        try:
-            stamp = values.pop("timestamp")
-            seconds = float(stamp) if job.input.timestamp_format == "seconds" else \
-                job_config.parse_time("timestamp", stamp)
-        except (ValueError, TypeError) as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": repr(row)[:500],
-                                                  "reason": str(error)})
-            return
-        spec = registry.SPECS[job.transform]
-        for role in spec.numeric:
-            values[role] = _number(values[role])
-        yield TimestampedValue(spec.element(values), seconds)
-
-
-def _number(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value  # the transform sends it to dead letters with a reason
+            if not isinstance(row, dict):
+                raise ValueError("a row must be an object with named fields")
+            values = {}
+            for role, column in job.input.fields.items():
+                if column not in row:
+                    raise ValueError(f"missing field {column!r}")
+                values[role] = parse_cell(column, job.input.type_of(role), row[column],
+                                          job.input.timestamp_format)
+        except (ValueError, TypeError, OverflowError) as error:
+            yield dead_letter(row, f"{error}")
+        else:
+            seconds = values.pop("timestamp")
+            yield TimestampedValue(registry.SPECS[job.transform].element(values), seconds)
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
     """-> (elements with event times, [dead-letter PCollections])."""
-    rows = read_rows(pipeline, job)
-    main_rows = rows if job.input.format == "parquet" else rows.rows
-    elements = main_rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
-        DEAD, main="elements")
-    dead = [elements[DEAD]] + ([] if job.input.format == "parquet" else [rows[DEAD]])
-    return elements.elements, dead
+    rows, dead = read_rows(pipeline, job)
+    elements = rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
+        DEAD_LETTER, main="elements")
+    return elements.elements, dead + [elements[DEAD_LETTER]]
 
 
 def write_records(records, job: job_config.JobConfig, prefix: str) -> None:
@@ -82,51 +108,123 @@ def write_dead_letters(dead_letters, prefix: str) -> None:
 
 
 def read_rows(pipeline, job: job_config.JobConfig):
+    """-> (rows as dicts, [dead letters]). Text is read as bytes and decoded here, so a bad
+    line (invalid UTF-8, broken JSON or CSV, a blank line) is one dead letter, never a crash."""
     if job.input.format == "parquet":
-        return pipeline | "ReadParquet" >> beam.io.ReadFromParquet(job.input.path)
+        good, bad = check_parquet_files(job.input.path)
+        rows = (pipeline | "ParquetFiles" >> beam.Create(good)
+                | "ReadParquet" >> beam.io.ReadAllFromParquet())
+        dead = pipeline | "UnreadableFiles" >> beam.Create(
+            [{"record": path, "size": None, "reason": f"unreadable Parquet file: {why}"}
+             for path, why in bad])
+        return rows, [dead]
     lines = pipeline | "ReadText" >> beam.io.ReadFromText(
-        job.input.path, skip_header_lines=1 if job.input.format == "csv" else 0)
+        job.input.path, skip_header_lines=1 if job.input.format == "csv" else 0,
+        coder=beam.coders.BytesCoder())
     if job.input.format == "jsonl":
-        return lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(DEAD, main="rows")
-    header = _csv_header(job.input.path)
-    return lines | "ParseCsv" >> beam.ParDo(_ParseCsv(header)).with_outputs(DEAD, main="rows")
+        parsed = lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(
+            DEAD_LETTER, main="rows")
+    else:
+        parsed = lines | "ParseCsv" >> beam.ParDo(_ParseCsv(csv_header(job.input.path))
+                                                  ).with_outputs(DEAD_LETTER, main="rows")
+    return parsed.rows, [parsed[DEAD_LETTER]]
+
+
+def _decoded(line: bytes) -> str:
+    text = line.decode("utf-8")  # raises UnicodeDecodeError (a ValueError)
+    text = text[1:] if text.startswith("\ufeff") else text
+    if not text.strip():
+        raise ValueError("blank line")
+    return text
 
 
 class _ParseJson(beam.DoFn):
-    def process(self, line):
+    def process(self, line: bytes):
         try:
-            row = json.loads(line)
-        except ValueError as error:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500],
-                                                  "reason": f"invalid JSON: {error}"})
-            return
-        if isinstance(row, dict):
-            yield row
+            row = json.loads(_decoded(line))
+            if not isinstance(row, dict):
+                raise ValueError("a JSON line must be an object")
+        except (ValueError, RecursionError) as error:
+            yield dead_letter(line, f"invalid JSON line: {str(error)[:200]}")
         else:
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500],
-                                                  "reason": "a JSON line must be an object"})
+            yield row
 
 
 class _ParseCsv(beam.DoFn):
     def __init__(self, header):
         self.header = header
 
-    def process(self, line):
-        values = next(csv.reader(io.StringIO(line)))
-        if len(values) != len(self.header):
-            yield beam.pvalue.TaggedOutput(DEAD, {"record": line[:500], "reason":
-                                                  f"{len(values)} columns, header has "
-                                                  f"{len(self.header)}"})
-            return
-        yield dict(zip(self.header, values))
+    def process(self, line: bytes):
+        try:
+            values = next(csv.reader([_decoded(line)]))
+            if len(values) != len(self.header):
+                raise ValueError(f"{len(values)} columns, the header has {len(self.header)}")
+        except (ValueError, csv.Error) as error:
+            yield dead_letter(line, f"invalid CSV line: {str(error)[:200]}")
+        else:
+            yield dict(zip(self.header, values))
 
 
-def _csv_header(pattern):
-    match = FileSystems.match([pattern])[0].metadata_list
+def input_files(pattern: str):
+    """The files the input path matches; a one-line error when none."""
+    try:
+        match = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # noqa: BLE001 (a filesystem's own error: report it in one line)
+        job_config.fail("input.path", "a readable path or glob", f"{pattern} ({error})")
     if not match:
         job_config.fail("input.path", "matching at least one file", pattern)
-    with FileSystems.open(match[0].path) as handle:
-        first = handle.readline().decode("utf-8")
-    return next(csv.reader(io.StringIO(first)))
+    return sorted(m.path for m in match)
 
 
+def csv_header(pattern):
+    first_file = input_files(pattern)[0]
+    with FileSystems.open(first_file) as handle:
+        first = handle.readline()
+    try:
+        header = next(csv.reader([first.decode("utf-8-sig")]), [])
+    except (ValueError, csv.Error):
+        header = []
+    if not header or not all(header):
+        job_config.fail("input.path", "CSV files that start with a header line", first_file)
+    return header
+
+
+def check_parquet_files(pattern):
+    """(readable files, [(unreadable file, why)]); a one-line error if none is readable."""
+    import pyarrow.parquet as pq
+    good, bad = [], []
+    for path in input_files(pattern):
+        try:
+            with FileSystems.open(path) as handle:
+                pq.ParquetFile(handle).schema_arrow
+            good.append(path)
+        except Exception as error:  # noqa: BLE001 (any pyarrow failure: the file is unusable)
+            bad.append((path, str(error)[:200]))
+    if not good:
+        job_config.fail("input.path", "at least one readable Parquet file", bad[0][0])
+    return good, bad
+
+
+def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
+    """Everything that can be checked before a pipeline starts, each failure a one-line error:
+    the input matches readable files, the output folder is writable (local paths), and the
+    configured secret resolves (local runners: remote workers resolve their own)."""
+    if job.input.format == "csv":
+        csv_header(job.input.path)
+    elif job.input.format == "parquet":
+        check_parquet_files(job.input.path)
+    else:
+        input_files(job.input.path)
+    if "://" not in job.output.path:
+        try:
+            os.makedirs(job.output.path, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=job.output.path, prefix=".write-check-")
+            probe.close()
+        except OSError as error:
+            job_config.fail("output.path", "a writable folder", f"{job.output.path} "
+                                                                f"({error.strerror})")
+    if job.secret.configured and local_runner:
+        try:
+            job.secret.ref().fingerprint()
+        except OSError as error:
+            job_config.fail("secret.path", "a readable file", f"{job.secret.path} ({error})")

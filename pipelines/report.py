@@ -35,25 +35,6 @@ def read_records(pattern: str) -> List[dict]:
     return rows
 
 
-class NoNoise:
-    """The release's noise, set to zero: the exact truncated totals (operator-only, NOT
-    private; the transform marks them private: false and the folder is deleted after use)."""
-    public = True
-
-    def noise_source(self, release: bytes = b""):
-        from transforms.mechanisms.noise import ConstantNoiseSource
-        return ConstantNoiseSource(0.0)
-
-    def fingerprint(self) -> str:
-        return "0" * 64
-
-    def secret_bytes(self) -> bytes:
-        return b"no-noise"
-
-    def describe(self) -> str:
-        return "no noise (exact totals, operator-only)"
-
-
 def true_totals(config_path: str) -> Dict[str, List[float]]:
     """The job's running totals with the same truncation and zero noise."""
     import tempfile
@@ -67,6 +48,7 @@ def true_totals(config_path: str) -> Dict[str, List[float]]:
     folder = tempfile.mkdtemp(prefix="truth-")
     job = job.replace(output=job_config.OutputSpec(folder, ("jsonl",)),
                       secret=job_config.SecretSpec(insecure=True))
+    from transforms.release import NoNoise
     transform = job_run.build_transform(job, noise_source=NoNoise())
     try:
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:

@@ -123,6 +123,7 @@ def main(argv=None) -> int:
         if not job.secret.configured and runner not in LOCAL_RUNNERS:
             job_config.fail("secret", f"configured (env or path) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
+        io.preflight(job, runner in LOCAL_RUNNERS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -74,6 +74,7 @@ def build(pipeline, job, transform, released, complete, previous, folder):
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
+    io.preflight(job, job_run.runner_of(list(beam_args)) in job_run.LOCAL_RUNNERS)
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)
     secret_fingerprint = secret.fingerprint()
     checkpoints = committed_checkpoints(state_dir)

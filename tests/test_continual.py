@@ -352,7 +352,7 @@ def _resume_with_state_of(owner, resumer):
     from transforms.stages import StepWindow
     maker = RecordMaker(owner.config)
     _, state = maker.for_key("a").advance(maker.mechanism.init_state(), np.zeros(1))
-    saved = ("a", (owner.config.state_tag() + state.to_bytes(), None))
+    saved = ("a", (maker.seal("a", state), None))
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         events = pipeline | "Events" >> beam.Create([("u", "a")]) | beam.Map(
             lambda e: TimestampedValue(e, ORIGIN + 1.5 * STEPS.size))
@@ -368,7 +368,7 @@ def test_stored_state_of_another_release_is_refused():
         steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=secret),
         release_id=release)
     _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"s"))  # its own
-    with pytest.raises(Exception, match=r"`state` must be state of release 2{32}"):
+    with pytest.raises(Exception, match=r"`state` must be state of release 2{32} for key 'a'"):
         _resume_with_state_of(make_count("1" * 32, b"s"), make_count("2" * 32, b"s"))
-    with pytest.raises(Exception, match=r"`state` must be state of release 1{32}"):
+    with pytest.raises(Exception, match=r"`state` must be state of release 1{32} for key 'a'"):
         _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"t"))

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import secrets
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
@@ -38,12 +38,12 @@ from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProbl
                                       EntityProblem, Problem, TriangleProblem)
 
 
-@dataclasses.dataclass
-class ContinualResult:
+class ContinualResult(NamedTuple):
+    """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
     dead_letters: Any
     unit_states: Any = None  # bounded input: (unit, state) after this run
-    key_states: Any = None   # bounded input: (key, (tagged mechanism state, halt step))
+    key_states: Any = None   # bounded input: (key, (sealed mechanism state, halt step))
 
 
 class _ContinualBase(beam.PTransform):
@@ -81,16 +81,18 @@ class _ContinualBase(beam.PTransform):
             check.fail("secret", "given, or else exactly one of `seed` or `noise_source`", secret)
         if secret is not None and not isinstance(secret, SecretRef):
             check.fail("secret", "a SecretRef (env, path, seed or literal)", secret)
-        # the release's secret: a SecretRef, or an injected source (tests), resolved on workers
+        # the release's secret: a SecretRef, or an injected source (tests, the operator's exact
+        # totals), resolved on workers; an injected source is never private
         self.secret = secret or noise_source or SecretRef(seed=seed)
         self.insecure = check.boolean("insecure", insecure)
-        if self.secret.public and not self.insecure:
+        public = noise_source is not None or self.secret.public
+        if public and not self.insecure:
             check.fail("secret", "a secret from `env` or `path` (a fixed `seed` is public: "
                                  "anyone who knows it can subtract the noise; pass "
                                  "insecure=True for demos and tests)", "seed")
         check.one_of("noise", noise, NOISE_KINDS)
         self.noise_kind = noise
-        self.private = not self.secret.public
+        self.private = not public
         self.diagnostics = check.boolean("diagnostics", diagnostics)
         if release_id is not None:
             check_release_id(release_id)
@@ -147,11 +149,11 @@ class _ContinualBase(beam.PTransform):
         digest = descriptor_digest(self.descriptor)
         if self._given_release_id is not None:
             self.release_id = self._given_release_id
-        elif self.secret.public:
+        elif not self.private:
             self.release_id = derived_release_id(self.secret.secret_bytes(), digest)
         else:
             self.release_id = secrets.token_hex(16)
-        if self.secret.public:
+        if not self.private:
             logging.getLogger(__name__).warning(
                 "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
                 "and subtracted; records are marked private: false", self.release_id)
@@ -201,7 +203,8 @@ class _ContinualBase(beam.PTransform):
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
-        stepped = events | "AssignSteps" >> AssignSteps(self.problem, self.steps, window)
+        stepped = events | "AssignSteps" >> AssignSteps(self.problem, self.steps, window,
+                                                        self.diagnostics)
         # (unit, Event(step, micros, payload)) for the window's steps
         truncated = stepped.main | "TruncatePerUnit" >> TruncatePerUnit(
             self.problem, self.steps, window, self._resume_units, self.diagnostics)
@@ -326,7 +329,9 @@ class ContinualTriangleCount(_ContinualBase):
     def __init__(self, *, max_degree: int, max_contribution: int, **kwargs):
         self.max_degree = check.integer_at_least("max_degree", max_degree, 1)
         self.max_contribution = check.integer_at_least("max_contribution", max_contribution, 1)
-        kwargs.setdefault("public_keys", ["triangles"])
+        given = kwargs.setdefault("public_keys", ["triangles"])
+        if list(given) != ["triangles"]:
+            check.fail("public_keys", "['triangles'] (the one key of a triangle count)", given)
         super().__init__(**kwargs)
 
     def make_problem(self):

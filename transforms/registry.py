@@ -69,12 +69,6 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
 NAMES = tuple(SPECS)
 
 
-def spec(name: str) -> TransformSpec:
-    from transforms.validation import one_of
-    one_of("transform", name, NAMES)
-    return SPECS[name]
-
-
 def config_reference() -> str:
     """The README's per-transform config table (kept equal to the README by a test;
     regenerate with `python3 -m transforms.registry`)."""

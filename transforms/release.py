@@ -12,6 +12,7 @@ import json
 from typing import Any, Optional, Protocol, Tuple
 
 from transforms.mechanisms import make
+from transforms.mechanisms.base import state_from_bytes
 from transforms.mechanisms.noise import NoiseSource
 from transforms.steps import TimeSteps
 from transforms.validation import fail
@@ -29,6 +30,26 @@ class NoiseSecret(Protocol):
     def secret_bytes(self) -> bytes: ...
 
     def describe(self) -> str: ...
+
+
+class NoNoise:
+    """A release's noise set to zero: the exact truncated totals. Operator-only (the report's
+    truth) and tests; never private (a transform given it needs insecure=True and marks its
+    records private: false)."""
+    public = True
+
+    def noise_source(self, release: bytes = b"") -> NoiseSource:
+        from transforms.mechanisms.noise import ConstantNoiseSource
+        return ConstantNoiseSource(0.0)
+
+    def fingerprint(self) -> str:
+        return "0" * 64
+
+    def secret_bytes(self) -> bytes:
+        return b"no-noise"
+
+    def describe(self) -> str:
+        return "no noise (exact totals, not private)"
 
 
 def key_text(key) -> str:
@@ -99,17 +120,15 @@ class ReleaseConfig:
                     noise_source=self.secret.noise_source(release=self.release_binding),
                     noise=self.noise_kind, **dict(self.params))
 
-    def state_tag(self) -> bytes:
-        """16 bytes that bind a stored mechanism state to this release and its secret (state
-        continued under another secret or release would re-draw published noise). Checks the
-        worker's secret against the one the release started with."""
+    def checked_fingerprint(self) -> str:
+        """The worker's secret fingerprint, checked against the one the release started
+        with (a resumed release under another secret would re-draw published noise)."""
         fingerprint = self.secret.fingerprint()
         if self.secret_fingerprint is not None and fingerprint != self.secret_fingerprint:
             fail("secret", f"the secret this release started with (fingerprint "
                            f"{self.secret_fingerprint[:12]}...) on the worker too",
                  "another secret")
-        return hashlib.sha256(b"dp-continual-release/state\x00" + self.release_binding
-                              + fingerprint.encode("ascii")).digest()[:16]
+        return fingerprint
 
 
 class RecordMaker:
@@ -117,6 +136,8 @@ class RecordMaker:
 
     def __init__(self, config: ReleaseConfig):
         self.config = config
+        self._binding = (b"dp-continual-release/state\x00" + config.release_binding
+                         + config.checked_fingerprint().encode("ascii"))
         self.mechanism = config.build()
         self.std = self.mechanism.noise_std()
         self.half = self.mechanism.confidence_half_width(config.confidence)
@@ -130,6 +151,23 @@ class RecordMaker:
 
     def for_key(self, key):
         return self.mechanism.for_stream(noise_stream(key))
+
+    def _tag(self, key) -> bytes:
+        """16 bytes binding a stored state to this release, its secret and its key."""
+        return hashlib.sha256(self._binding + b"\x00" + noise_stream(key).encode("utf-8")
+                              ).digest()[:16]
+
+    def seal(self, key, state) -> bytes:
+        return self._tag(key) + state.to_bytes()
+
+    def restore(self, key, data: bytes):
+        """A stored state, refused unless this release, secret and key wrote it."""
+        tag = self._tag(key)
+        if bytes(data[:len(tag)]) != tag:
+            fail("state", f"state of release {self.config.release_id} for key "
+                          f"{key_text(key)!r} (a state of another release, secret or key would "
+                          f"re-draw published noise)", "another state")
+        return state_from_bytes(bytes(data[len(tag):]))
 
     def record(self, key, step: int, value: float) -> dict:
         """One public record. With discrete noise the released value and its interval are

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -31,10 +31,9 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.mechanisms.base import state_from_bytes
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.records import canonical
@@ -89,16 +88,22 @@ class Seed:
     """Starts a public key's release in streaming (every public key gets every step)."""
 
 
-@dataclasses.dataclass
-class StageOutput:
+class StageOutput(NamedTuple):
+    """A stage's main output, its dead letters and (bounded input) its new states; a NamedTuple
+    so that Beam registers the PCollections as the composite's outputs."""
     main: Any
     dead_letters: Any = None
     states: Any = None
 
 
+DEAD_LETTER_CHARS = 1024  # a dead letter keeps at most this much of the record's repr
+
+
 def dead_letter(record, reason: str) -> beam.pvalue.TaggedOutput:
-    return beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": repr(record)[:500],
-                                                  "reason": reason})
+    """{"record": its repr (at most 1 KiB), "size": the repr's full length, "reason"}."""
+    text = repr(record)
+    return beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": text[:DEAD_LETTER_CHARS],
+                                                  "size": len(text), "reason": reason})
 
 
 def _micros(seconds: float) -> Timestamp:
@@ -112,8 +117,12 @@ def _empty(pipeline, label):
 # ----- AssignSteps -----------------------------------------------------------------------------
 @beam.typehints.with_output_types(Tuple[Any, Any])
 class _AssignStepsFn(beam.DoFn):
-    def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow):
+    def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
+                 diagnostics: bool = False):
         self.problem, self.steps, self.window = problem, steps, window
+        # operator-only: how many events of already released steps a resumed run skipped
+        self.released = Metrics.counter(METRICS, "events_of_released_steps") \
+            if diagnostics else None
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
         seconds = float(timestamp.micros) / 1e6
@@ -123,8 +132,9 @@ class _AssignStepsFn(beam.DoFn):
             yield dead_letter(element, f"event time {self.steps.iso(seconds)} is outside the "
                                        f"horizon [{self.steps.iso(self.steps.origin)}, "
                                        f"{self.steps.iso(self.steps.stop)})")
-        elif step < self.window.first:
-            yield dead_letter(element, f"late: step {step} was released by an earlier run")
+        elif step < self.window.first:  # released by an earlier run: skipped (the source
+            if self.released is not None:  # holds history), not a dead letter each
+                self.released.inc()
         elif step >= self.window.stop:
             pass  # left for a later run, which reads it again (not lost)
         elif parsed is None:
@@ -135,16 +145,24 @@ class _AssignStepsFn(beam.DoFn):
 
 class AssignSteps(beam.PTransform):
     """Timestamped elements -> (unit, Event) for the steps of `window`; elements outside the
-    horizon, of already released steps or malformed -> dead letters with a reason."""
+    horizon or malformed -> dead letters with a reason. Elements of steps before the window
+    (released by an earlier run) are skipped, those after it are left for a later run."""
 
-    def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None):
+    def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None,
+                 diagnostics: bool = False):
         super().__init__()
         self.problem, self.steps = problem, steps
         self.window = window or StepWindow.whole(steps)
+        self.diagnostics = diagnostics
 
     def expand(self, events):
-        out = events | beam.ParDo(_AssignStepsFn(self.problem, self.steps, self.window)
-                                  ).with_outputs(DEAD_LETTER, main="events")
+        # steps come from event times, not windows: one global window, whatever the input's
+        # windowing (per-window truncation would bound a unit only within each window)
+        out = (events
+               | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
+               | "Assign" >> beam.ParDo(_AssignStepsFn(self.problem, self.steps, self.window,
+                                                       self.diagnostics)
+                                        ).with_outputs(DEAD_LETTER, main="events"))
         return StageOutput(out.events, out[DEAD_LETTER])
 
 
@@ -387,19 +405,19 @@ class _ReleaseKeysFn(beam.DoFn):
 
     def setup(self):
         self.maker = RecordMaker(self.config)
-        self.tag = self.config.state_tag()
 
     def process(self, item):
         key, grouped = item
+        if not list(grouped["seed"]):
+            return  # not a public key: no output, whatever its data or stored state
         first, stop = self.window.first, self.window.stop
         saved = list(grouped["state"])
+        if len(saved) > 1:
+            fail("key states", f"one per key (key {key_text(key)!r} has {len(saved)})",
+                 len(saved))
         if saved:
             data, halted = saved[0]
-            if data[:len(self.tag)] != self.tag:
-                fail("state", f"state of release {self.config.release_id} (restored state "
-                              f"from another release would re-draw published noise)",
-                     "state of another release")
-            state = state_from_bytes(data[len(self.tag):])
+            state = self.maker.restore(key, data)
         elif first == 0:
             state, halted = self.maker.mechanism.init_state(), None
         else:
@@ -420,8 +438,7 @@ class _ReleaseKeysFn(beam.DoFn):
                 break
             yield TimestampedValue(self.maker.record(key, step, float(value)),
                                    self.config.steps.end(step) - MICRO)
-        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.tag + state.to_bytes(),
-                                                          halted)))
+        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.maker.seal(key, state), halted)))
 
 
 class _ReleaseStreamingFn(beam.DoFn):
@@ -433,25 +450,19 @@ class _ReleaseStreamingFn(beam.DoFn):
     HALTED = ReadModifyWriteStateSpec("halted", PickleCoder())
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
-    def __init__(self, config: ReleaseConfig):
-        self.config = config
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence):
+        self.config, self.public = config, frozenset(public_keys)
         # operator-only: the count depends on private data
         self.late = Metrics.counter(METRICS, "late_contributions") if config.diagnostics \
             else None
 
     def setup(self):
         self.maker = RecordMaker(self.config)
-        self.tag = self.config.state_tag()
 
-    def _read_state(self, counter):
+    def _read_state(self, key, counter):
         data = counter.read()
-        if data is None:
-            return self.maker.mechanism.init_state()
-        if data[:len(self.tag)] != self.tag:
-            fail("state", f"state of release {self.config.release_id} (restored state from "
-                          f"another release would re-draw published noise)",
-                 "state of another release")
-        return state_from_bytes(data[len(self.tag):])
+        return self.maker.mechanism.init_state() if data is None else \
+            self.maker.restore(key, data)
 
     def _release_time(self, step):
         return _micros(self.config.steps.end(step + self.config.release_delay_steps))
@@ -460,16 +471,18 @@ class _ReleaseStreamingFn(beam.DoFn):
                 counter=beam.DoFn.StateParam(COUNTER), halted=beam.DoFn.StateParam(HALTED),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         key, message = element
+        if key not in self.public:
+            return  # not a public key: no output and no state
         if isinstance(message, Seed):
             if counter.read() is None:
                 timer.set(self._release_time(0))
-                counter.write(self.tag + self.maker.mechanism.init_state().to_bytes())
+                counter.write(self.maker.seal(key, self.maker.mechanism.init_state()))
             return
         if message.halt:
             current = halted.read()
             halted.write(message.step if current is None else min(message.step, current))
             return
-        if message.step < self._read_state(counter).steps:
+        if message.step < self._read_state(key, counter).steps:
             if self.late is not None:
                 self.late.inc()
             yield dead_letter((key, message.step, message.value),
@@ -486,11 +499,11 @@ class _ReleaseStreamingFn(beam.DoFn):
                 timer=beam.DoFn.TimerParam(RELEASE)):
         values = pending.read() or {}
         stop = halted.read()
-        state = self._read_state(counter)
+        state = self._read_state(key, counter)
         step = state.steps
         out, state = self.maker.for_key(key).step(state, math.fsum(values.pop(step, [])))
         pending.write(values)
-        counter.write(self.tag + state.to_bytes())
+        counter.write(self.maker.seal(key, state))
         if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
             timer.set(self._release_time(step + 1))
         if stop is None or step < stop:
@@ -523,7 +536,7 @@ class ReleasePerKey(beam.PTransform):
             seeds = keys | "SeedEveryKey" >> beam.Map(
                 lambda key: TimestampedValue((key, Seed()), origin))
             out = ((totals, seeds) | "WithSeeds" >> beam.Flatten()
-                   | "Release" >> beam.ParDo(_ReleaseStreamingFn(self.config)).with_outputs(
+                   | "Release" >> beam.ParDo(_ReleaseStreamingFn(self.config, self.public_keys)).with_outputs(
                        DEAD_LETTER, main="records"))
             return StageOutput(out.records, out[DEAD_LETTER])
         states = self.resume_states if self.resume_states is not None else _empty(

@@ -54,4 +54,7 @@ class TimeSteps:
 
     @staticmethod
     def iso(seconds: float) -> str:
-        return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat()
+        try:
+            return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat()
+        except (ValueError, OverflowError, OSError):  # beyond the years 1..9999
+            return f"{seconds!r} s since the epoch"

@@ -51,4 +51,4 @@ def test_jsonl_csv_and_parquet_inputs_give_the_same_records(tmp_path):
     from_parquet, _ = run_with(tmp_path, "c", str(parquet_path), "parquet")
     assert len(from_jsonl) == 3 * 48
     assert from_jsonl == from_csv == from_parquet
-    assert [d["reason"] for d in dead] == ["2 columns, header has 3"]
+    assert [d["reason"] for d in dead] == ["invalid CSV line: 2 columns, the header has 3"]

@@ -32,7 +32,8 @@ PROBLEMS = {
     ("declared", ("k", 2.5), "value must be an integer with discrete noise (the declared set "
                              "S_(D,k) is integer); got 2.5"),
     ("declared", (None, 1.0), "key must be a non-empty str or int"),
-    ("declared", ("k", True), "value must be a finite number; got True"),
+    ("declared", ("k", True), "value must be a finite number with |value| <= 2^53; got True"),
+    ("declared", ("k", 1e308), "value must be a finite number with |value| <= 2^53; got 1e+308"),
 ])
 def test_parse_uses_one_id_rule(name, element, expected):
     parsed, reason = PROBLEMS[name].parse(element)

@@ -57,7 +57,6 @@ class UnitRun:
 
 class Problem:
     """What a transform's units are and how one unit's contributions evolve."""
-    name = "problem"
     declaration: Declaration
     every_step = False  # the machine must see every step, in order (triangles)
 
@@ -104,7 +103,6 @@ class CountProblem(Problem):
     value_grid: Optional[float] = None
     max_value: Optional[float] = None
 
-    name = "count"
 
     def __post_init__(self):
         self.declaration = Declaration(self.bounds.max_contributions,
@@ -149,7 +147,6 @@ class EntityProblem(Problem):
     max_keys_per_unit: int = 1
     unit_name: str = "item"
 
-    name = "count_distinct"
 
     def __post_init__(self):
         self.declaration = Declaration(self.machine.interval_bound,
@@ -208,7 +205,6 @@ class DegreeProblem(EntityProblem):
     """Degree count: elements (op, (a, b)); the unit is the edge, the public keys are its two
     endpoints (each gets the edge's presence change)."""
 
-    name = "degree_count"
 
     def __init__(self, max_updates: int, max_keys_per_unit: int = 1, semantics: str = "count"):
         self.max_updates = max_updates
@@ -255,7 +251,6 @@ class TriangleProblem(Problem):
     key: str = "triangles"
     semantics: str = "count"
 
-    name = "triangle_count"
     every_step = True
 
     def __post_init__(self):
@@ -289,7 +284,6 @@ class DeclaredProblem(Problem):
     declaration: Declaration
     integers: bool = True
 
-    name = "declared"
 
     def parse(self, element):
         if not isinstance(element, (tuple, list)) or len(element) != 2:
@@ -297,8 +291,8 @@ class DeclaredProblem(Problem):
         key, value = element
         if not is_id(key):
             return None, "key must be a non-empty str or int"
-        if not _finite_number(value):
-            return None, f"value must be a finite number; got {value!r}"
+        if not _finite_number(value) or abs(value) > 2 ** 53:
+            return None, f"value must be a finite number with |value| <= 2^53; got {value!r}"
         if self.integers and value != math.floor(value):
             return None, (f"value must be an integer with discrete noise (the declared set "
                           f"S_(D,k) is integer); got {value!r}")
