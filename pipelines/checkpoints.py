@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -54,11 +55,102 @@ def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
     markers from step 0 (a checkpoint folder without a marker is a killed or losing run)."""
     out, released = [], 0
     while FileSystems.exists(marker_path(state_dir, released)):
-        with FileSystems.open(marker_path(state_dir, released)) as handle:
-            marker = json.loads(handle.read().decode("utf-8"))
-        out.append((marker["steps"][1], marker["checkpoint"]))
-        released = marker["steps"][1]
+        path = marker_path(state_dir, released)
+        try:
+            marker = read_json(path)
+            step, folder = int(marker["steps"][1]), str(marker["checkpoint"])
+        except (ValueError, KeyError, TypeError, IndexError):
+            job_config.fail("checkpoint", "intact (a commit marker that names its folder and "
+                                          "steps)", path)
+        if step <= released:
+            job_config.fail("checkpoint", f"a chain of increasing steps (marker from step "
+                                          f"{released})", path)
+        out.append((step, folder))
+        released = step
     return out
+
+
+MANIFEST = "manifest.json"
+
+
+def _file_facts(path: str) -> dict:
+    digest, size, lines = hashlib.sha256(), 0, 0
+    with FileSystems.open(path) as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+            lines += chunk.count(b"\n")
+    return {"bytes": size, "lines": lines, "sha256": digest.hexdigest()}
+
+
+def _checkpoint_files(folder: str) -> List[str]:
+    """Every file a run wrote into its checkpoint folder (Beam's temp folders excluded)."""
+    metadata = FileSystems.match([join(folder, "*")])[0].metadata_list
+    return sorted(m.path for m in metadata
+                  if os.path.basename(m.path) not in (MANIFEST, COMMITTED)
+                  and "beam-temp" not in m.path)
+
+
+def write_manifest(folder: str) -> str:
+    """Lists every checkpoint file with its size, line count and SHA-256; returns the
+    manifest's own SHA-256 (the commit marker records it)."""
+    files = {os.path.basename(path): _file_facts(path) for path in _checkpoint_files(folder)}
+    text = json.dumps({"format": 1, "files": files}, indent=2, sort_keys=True)
+    write_text(join(folder, MANIFEST), text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def verify_checkpoint(folder: str, manifest_sha256: str) -> None:
+    """Refuse to resume from a checkpoint whose files differ from its manifest (deleted,
+    truncated, altered or added state files): a one-line error naming the file."""
+    path = join(folder, MANIFEST)
+    try:
+        with FileSystems.open(path) as handle:
+            text = handle.read()
+    except (OSError, IOError, ValueError):
+        job_config.fail("checkpoint", "intact (its manifest is missing)", path)
+    if hashlib.sha256(text).hexdigest() != manifest_sha256:
+        job_config.fail("checkpoint", "intact (the manifest differs from the one committed)",
+                        path)
+    listed = json.loads(text.decode("utf-8"))["files"]
+    present = {os.path.basename(p): p for p in _checkpoint_files(folder)}
+    for name in sorted(set(listed) | set(present)):
+        if name not in present:
+            job_config.fail("checkpoint", "intact (a listed file is missing)", join(folder, name))
+        if name not in listed:
+            job_config.fail("checkpoint", "intact (a file not in its manifest was added)",
+                            present[name])
+        if _file_facts(present[name]) != listed[name]:
+            job_config.fail("checkpoint", "intact (a file's size or SHA-256 differs from its "
+                                          "manifest)", present[name])
+
+
+def remove_stale_checkpoints(state_dir: str, released: int, committed: List[str]) -> List[str]:
+    """Deletes uncommitted checkpoint folders that can no longer commit (they end at or before
+    the committed steps: killed or losing runs); a folder ending later may be a run in
+    progress and is left alone. Returns what was removed."""
+    removed = []
+    if "://" not in state_dir:
+        folders = [join(state_dir, n) for n in sorted(os.listdir(state_dir))
+                   if n.startswith("ckpt-")] if os.path.isdir(state_dir) else []
+    else:  # object stores have no empty folders: the files say which folders exist
+        prefix = join(state_dir, "")
+        folders = sorted({join(state_dir, m.path[len(prefix):].split("/")[0]) for m in
+                          FileSystems.match([join(state_dir, "ckpt-*/**")])[0].metadata_list})
+    for folder in folders:
+        if folder in committed:
+            continue
+        try:
+            ends = int(os.path.basename(folder).split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if ends <= released:
+            FileSystems.delete([folder])
+            removed.append(folder)
+    return removed
 
 
 def create_if_absent(path: str, data: bytes) -> bool:

@@ -12,7 +12,9 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
+import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -228,3 +230,49 @@ def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
             job.secret.ref().fingerprint()
         except OSError as error:
             job_config.fail("secret.path", "a readable file", f"{job.secret.path} ({error})")
+
+
+class OutputStaging:
+    """A run writes its output set into a staging folder; `commit` then replaces the job's
+    public and operator folders as whole sets, so readers never see old and new files mixed
+    or a half-written set. Local paths: two renames per folder (the old set is moved aside,
+    then the new one moved in; a reader sees the old set, no folder, or the new set). Other
+    filesystems: file-by-file copies, release.json last (readers should wait for it).
+    Leftover staging folders of killed runs are removed when the next run starts (runs of one
+    job must not overlap; the scheduler has its own guard)."""
+
+    def __init__(self, job: job_config.JobConfig):
+        self.job = job
+        parent = job.output.path
+        prefix = f".staging-{job.job}-"
+        if "://" not in parent and os.path.isdir(parent):
+            for name in os.listdir(parent):
+                if name.startswith(prefix):
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        self.root = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
+        self.public = os.path.join(self.root, "public")
+        self.operator = os.path.join(self.root, "operator")
+
+    def commit(self) -> None:
+        for staged, final in ((self.operator, self.job.operator_path),
+                              (self.public, self.job.public_path)):
+            if "://" not in final:
+                aside = f"{self.root}/old-{os.path.basename(final)}"
+                if os.path.exists(final):
+                    os.rename(final, aside)
+                os.makedirs(staged, exist_ok=True)
+                os.rename(staged, final)
+            else:
+                old = FileSystems.match([final + "/**"])[0].metadata_list
+                if old:
+                    FileSystems.delete([m.path for m in old])
+                files = sorted(m.path for m in FileSystems.match([staged + "/**"])[0]
+                               .metadata_list)
+                files.sort(key=lambda p: p.endswith("release.json"))  # the manifest last
+                FileSystems.copy(files, [final + p[len(staged):] for p in files])
+        if "://" not in self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            leftovers = FileSystems.match([self.root + "/**"])[0].metadata_list
+            if leftovers:
+                FileSystems.delete([m.path for m in leftovers])

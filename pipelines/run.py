@@ -94,22 +94,24 @@ def release_manifest(transform) -> dict:
             "descriptor": transform.descriptor, "display": display}
 
 
-def write_operator_readme(job: job_config.JobConfig) -> None:
-    FileSystems.mkdirs(job.operator_path) if not FileSystems.exists(job.operator_path) else None
-    with FileSystems.create(os.path.join(job.operator_path, "README.txt")) as handle:
+def write_operator_readme(folder: str) -> None:
+    FileSystems.mkdirs(folder) if not FileSystems.exists(folder) else None
+    with FileSystems.create(os.path.join(folder, "README.txt")) as handle:
         handle.write(OPERATOR_README.encode("utf-8"))
 
 
-def build(pipeline, job: job_config.JobConfig, transform=None) -> str:
-    """The whole job: one release of all steps. Returns the public folder."""
+def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=None,
+          operator_folder=None) -> str:
+    """The whole job: one release of all steps, written into `public_folder` and
+    `operator_folder` (default: the job's own folders). Returns the public folder."""
+    folder = public_folder or job.public_path
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
     result = elements | job.transform >> (transform or build_transform(job))
     # records (one per public key and step) + dead letters
-    folder = os.path.join(job.output.path, job.job)
     io.write_records(result.records, job, os.path.join(folder, "records"))
     io.write_dead_letters(dead + [result.dead_letters],
-                          os.path.join(job.operator_path, "dead_letters"))
+                          os.path.join(operator_folder or job.operator_path, "dead_letters"))
     return folder
 
 
@@ -136,12 +138,15 @@ def main(argv=None) -> int:
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        staging = io.OutputStaging(job)  # removes what killed runs left behind
         with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            folder = build(pipeline, job, transform)
-    with FileSystems.create(os.path.join(folder, "release.json")) as handle:
+            build(pipeline, job, transform, staging.public, staging.operator)
+    with FileSystems.create(os.path.join(staging.public, "release.json")) as handle:
         handle.write(json.dumps(release_manifest(transform), indent=2, sort_keys=True,
                                 default=str).encode("utf-8"))
-    write_operator_readme(job)
+    write_operator_readme(staging.operator)
+    staging.commit()  # the public and operator folders are replaced as whole sets
+    folder = job.public_path
     info = transform.display_data()
     print(f"job {job.job}: {job.transform} with {info['mechanism']} "
           f"{info['mechanism_params']}, horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "

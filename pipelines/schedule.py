@@ -48,8 +48,15 @@ from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITTED, LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun,
                                    check_ledger, committed_checkpoints, create_if_absent,
                                    fingerprint, join, marker_path, read_json, read_states,
-                                   stored_secret, write_states, write_text)
-from transforms.sinks import WriteRecordsToJsonLines, write_records_files
+                                   remove_stale_checkpoints, stored_secret, verify_checkpoint,
+                                   write_manifest, write_states, write_text)
+
+
+def committed_manifest(state_dir, checkpoints) -> str:
+    """The manifest SHA-256 the last commit marker recorded."""
+    start = checkpoints[-2][0] if len(checkpoints) > 1 else 0
+    return read_json(marker_path(state_dir, start)).get("manifest_sha256", "")
+from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
 from transforms.stages import StepWindow
 
 
@@ -81,6 +88,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     released, previous = checkpoints[-1] if checkpoints else (0, None)
     ledger = None
     if previous:
+        verify_checkpoint(previous, committed_manifest(state_dir, checkpoints))
         ledger = read_json(join(previous, LEDGER))
         check_ledger(ledger, job, secret_fingerprint)
         transform = job_run.build_transform(
@@ -94,8 +102,10 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
                                                      f"({NEW_STATE_DIRECTORY})", changed)
     else:
         transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
+    remove_stale_checkpoints(state_dir, released, [folder for _, folder in checkpoints])
     republish_missing(job, checkpoints)
-    complete = max(0, min(job.steps.horizon, math.floor((now - job.steps.origin) / job.steps.size_seconds)))
+    steps = job.steps
+    complete = max(0, min(steps.horizon, math.floor((now - steps.origin) / steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
         return {"released_before": released, "released_after": released, "new_steps": 0,
@@ -116,8 +126,10 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         "mechanism_params": dict(transform.config.params),
         "secret_fingerprint": secret_fingerprint, "private": transform.private,
         "config": fingerprint(job), "runs": runs}, indent=2, sort_keys=True, default=str))
+    manifest = write_manifest(folder)
     marker = json.dumps({"checkpoint": folder, "steps": [released, complete],
-                         "release_id": transform.release_id}).encode("utf-8")
+                         "release_id": transform.release_id,
+                         "manifest_sha256": manifest}).encode("utf-8")
     if not create_if_absent(marker_path(state_dir, released), marker):
         raise ConcurrentRun(f"another run already committed steps from {released} in the "
                             f"state directory {state_dir}; this run published nothing")
@@ -141,12 +153,13 @@ def _published_prefix(job, released, complete) -> str:
 
 
 def republish_missing(job, checkpoints) -> None:
-    """A run killed between its commit and `publish` left committed records unpublished: the
-    next run publishes them (the same records: they are read from the checkpoint)."""
+    """A run killed between its commit and the end of `publish` left committed records
+    unpublished (or some formats missing): the next run publishes them (the same records:
+    they are read from the checkpoint; a half-written file only exists as `.partial`)."""
     start = 0
     for complete, folder in checkpoints:
-        if not FileSystems.match([_published_prefix(job, start, complete) + "-*"])[0] \
-                .metadata_list:
+        prefix = _published_prefix(job, start, complete)
+        if not all(FileSystems.exists(records_file(prefix, fmt)) for fmt in job.output.formats):
             publish(job, folder, start, complete)
         start = complete
 

@@ -138,10 +138,20 @@ _ENCODERS = {"parquet": (_ParquetPerBundle, ".parquet"), "jsonl": (_JsonPerBundl
              "csv": (_CsvPerBundle, ".csv")}
 
 
+def records_file(prefix: str, fmt: str) -> str:
+    return f"{prefix}-00000-of-00001{_ENCODERS[fmt][1]}"
+
+
 def write_records_files(rows, prefix: str, formats) -> None:
     """Write already released records (outside a pipeline) as `prefix`-00000-of-00001.<fmt>,
-    with the same encoders as the sinks."""
+    with the same encoders as the sinks. Each file is written under a temporary name and then
+    renamed, so a reader never sees a half-written file under the final name."""
     for fmt in formats:
         encoder, suffix = _ENCODERS[fmt]
-        with FileSystems.create(f"{prefix}-00000-of-00001{suffix}") as handle:
+        final = records_file(prefix, fmt)
+        partial = final + ".partial"
+        with FileSystems.create(partial) as handle:
             handle.write(encoder(prefix, suffix).encode(rows))
+        if FileSystems.exists(final):
+            FileSystems.delete([final])
+        FileSystems.rename([partial], [final])

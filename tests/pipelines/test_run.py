@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from pipelines import run as job_run
@@ -26,6 +27,26 @@ def test_demo_job_writes_every_key_and_step(tmp_path):
     dead = [line for f in glob.glob(str(tmp_path / "active-users-operator" /
                                         "dead_letters-*.jsonl")) for line in open(f)]
     assert len(dead) > 0  # events after the 12-step horizon are dead letters, not dropped
+
+
+def test_a_rerun_replaces_the_output_set_whole(tmp_path):
+    """Files of an earlier run (other shard names) and a killed run's staging folder never mix
+    into the new set."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
+    config["output"] = {"path": str(tmp_path), "formats": ["jsonl", "csv"]}
+    config["secret"] = {"seed": 3, "insecure": True}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 0
+    first = sorted(os.listdir(tmp_path / "signups"))
+    (tmp_path / "signups" / "records-00007-of-00009.jsonl").write_text("{}\n")  # stale shard
+    killed = tmp_path / ".staging-signups-0badc0de" / "public"
+    killed.mkdir(parents=True)
+    (killed / "records-00000-of-00001.jsonl").write_text("{}\n")
+    assert job_run.main(["--config", str(path)]) == 0
+    assert sorted(os.listdir(tmp_path / "signups")) == first
+    assert "release.json" in first and not list(tmp_path.glob(".staging-*"))
+    assert os.listdir(tmp_path / "signups-operator")
 
 
 def test_bad_config_exits_2_with_one_line(tmp_path, capsys):
@@ -61,3 +82,60 @@ def test_sdist_installs_and_runs_the_demo_job_like_a_dataflow_worker(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     table = pq.read_table(glob.glob(str(tmp_path / "out" / "cart-items" / "records-*.parquet"))[0])
     assert table.num_rows == 4 * 48
+
+
+def _config(tmp_path, **changes):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    for dotted, value in changes.items():
+        section, _, field = dotted.partition("__")
+        if field:
+            config[section][field] = value
+        else:
+            config[section] = value
+    return config
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"steps__origin": 1e15}, "`steps.origin` must be a time in the years 1 to 9999"),
+    ({"steps__size_seconds": 1e300}, "`steps.size_seconds` must be small enough"),
+    ({"steps__horizon": 2 ** 40}, "`steps.horizon` must be <= 4194304"),
+    ({"bounds__max_contributions": 10 ** 30}, "`bounds.max_contributions` must be <= "),
+    ({"input__path": "/no/such/file.jsonl"}, "`input.path` must be matching at least one file"),
+    ({"input__path": "/no/such/dir/*.jsonl"}, "`input.path` must be matching at least one"),
+    ({"secret": {"env": "DP_TEST_UNSET_VARIABLE"}}, "`secret` must be set in the environment "
+                                                    "variable DP_TEST_UNSET_VARIABLE"),
+    ({"secret": {"path": "/no/such/secret"}}, "`secret.path` must be a readable file"),
+    ({"input__types": {"key": "float"}}, "`input.types.key` must be one of 'id', 'str', 'int'"),
+    ({"public_keys": [1, 2]}, "`public_keys` must be of the declared key type"),
+])
+def test_config_errors_are_one_line_before_the_pipeline_starts(tmp_path, capsys, changes,
+                                                               message):
+    config = _config(tmp_path, **changes)
+    if "public_keys" in changes:
+        config["input"]["types"] = {"key": "str"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_config_file_problems_are_one_line(tmp_path, capsys):
+    duplicate = tmp_path / "dup.yaml"
+    duplicate.write_text(open(os.path.join(ROOT, "configs", "signups.yaml")).read()
+                         + "\njob: again\n")
+    unwritable = tmp_path / "ro"
+    unwritable.mkdir()
+    unwritable.chmod(0o500)
+    config = _config(tmp_path, output={"path": str(unwritable / "sub"), "formats": ["jsonl"]})
+    ro_path = tmp_path / "ro.yaml"
+    ro_path.write_text(yaml.safe_dump(config))
+    cases = [(str(duplicate), "`config` must be free of duplicate keys; got 'job'"),
+             (str(tmp_path), "`config` must be an existing YAML file")]
+    if os.geteuid() != 0:  # root can write anywhere
+        cases.append((str(ro_path), "`output.path` must be a writable folder"))
+    for path, message in cases:
+        assert job_run.main(["--config", path]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
