@@ -7,11 +7,14 @@ Each run releases the steps whose windows are complete at `--now` (default: the 
 and were not released before, then checkpoints. The state directory (a local path or any Beam
 filesystem path) holds committed checkpoints `ckpt-<steps released>-<id>/` with
 - `units-*`: every privacy unit's truncation state (versioned JSON lines, no pickle),
-- `keys-*`: every public key's mechanism state (17 bytes) and fail-closed halt step,
+- `keys-*`: every public key's sealed mechanism state (a 16-byte release/secret/key tag, then
+  17 bytes, or the input history for the discrete sqrt_toeplitz) and fail-closed halt step,
 - `records-*.jsonl`: the records this run released, `dead_letters-*.jsonl`,
 - `ledger.json`: the release (its id, descriptor and digest, resolved mechanism and parameters,
-  an HMAC fingerprint of the secret, never the secret) and its runs.
-A checkpoint becomes visible only through its commit marker `commits/from-<first step>.json`,
+  an HMAC fingerprint of the secret, never the secret) and its runs,
+- `manifest.json`: every file above with its size, line count and SHA-256.
+A checkpoint becomes visible only through its commit marker `commits/from-<first step>.json`
+(which records the manifest's SHA-256; the next run verifies every file before resuming),
 created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
 publishes nothing (records reach `output.path/<job>-scheduled/` only after the commit).
@@ -25,7 +28,7 @@ or written to outputs.
 
 Input: the event source must still hold the events of the steps being released (for example
 the full history, or every file since the last run); events of already released steps are
-dead letters ("late"), events of incomplete steps are left for a later run.
+skipped, events of incomplete steps are left for a later run.
 """
 from __future__ import annotations
 

@@ -81,3 +81,11 @@ def test_readme_config_reference_is_the_registry():
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     block = text.split("<!-- registry:start -->\n", 1)[1].split("\n<!-- registry:end -->", 1)[0]
     assert block == registry.config_reference()
+
+
+def test_readme_transform_table_is_the_registry():
+    from transforms import registry
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = text.split("<!-- transforms:start -->\n", 1)[1].split("\n<!-- transforms:end -->",
+                                                                   1)[0]
+    assert block == registry.transform_table()

@@ -3,11 +3,10 @@
 `transforms.mechanisms` (numpy) and `transforms.streams` (pure Python) are Beam-free and
 importable on their own; the Beam transforms below are loaded on first use.
 """
+from transforms.registry import SPECS as _SPECS
+
 _BEAM_EXPORTS = {
-    "ContinualCount": "transforms.continual", "ContinualSum": "transforms.continual",
-    "ContinualCountDistinct": "transforms.continual",
-    "ContinualDegreeCount": "transforms.continual",
-    "ContinualTriangleCount": "transforms.continual", "ContinualRelease": "transforms.continual",
+    **{spec.class_name: "transforms.continual" for spec in _SPECS.values()},
     "TimeSteps": "transforms.steps", "SecretRef": "transforms.secret",
     "WriteRecordsToParquet": "transforms.sinks", "WriteRecordsToJsonLines": "transforms.sinks",
     "WriteRecordsToCsv": "transforms.sinks",

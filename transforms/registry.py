@@ -22,6 +22,7 @@ class TransformSpec:
     numeric: Tuple[str, ...] = ()   # roles parsed as numbers
     single_key: Optional[str] = None  # the one public key of a transform without key lists
     summary: str = ""
+    unit: str = ""                  # the protected unit (what one individual is)
 
     @property
     def roles(self) -> Tuple[str, ...]:
@@ -46,27 +47,45 @@ _COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
 
 SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("count", "ContinualCount", ("unit", "key"), _COUNT_BOUNDS,
-                  summary="running count of events per key (user-level)"),
+                  summary="running count of events per key (user-level)",
+                  unit="user"),
     TransformSpec("sum", "ContinualSum", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
-                  numeric=("value",), summary="running sum of clamped values per key"),
+                  numeric=("value",), summary="running sum of clamped values per key",
+                  unit="user"),
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
-                  summary="distinct present items per key (item-level)"),
+                  summary="distinct present items per key (item-level)",
+                  unit="item"),
     TransformSpec("degree_count", "ContinualDegreeCount", ("op", ("a", "b")),
                   {"max_updates": REQUIRED}, summary="degree of every public node "
-                                                      "(edge-level)"),
+                                                      "(edge-level)",
+                  unit="edge; each node key gets half the budget"),
     TransformSpec("triangle_count", "ContinualTriangleCount", ("op", ("a", "b")),
                   {"max_degree": REQUIRED, "max_contribution": REQUIRED},
                   single_key="triangles", summary="triangle count of one graph (edge-level, "
-                                                  "bounded-degree graphs)"),
+                                                  "bounded-degree graphs)",
+                  unit="edge (bounded-degree graphs only)"),
     TransformSpec("release", "ContinualRelease", ("key", "value"),
                   {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1},
                   numeric=("value",), summary="already-computed differences with a declared "
-                                              "bound"),
+                                              "bound",
+                  unit="declared by the caller"),
 )}
 
 NAMES = tuple(SPECS)
+
+
+def transform_table() -> str:
+    """The README's table of the transforms (kept equal to the README by a test)."""
+    def shape(parts):
+        return "(" + ", ".join(shape(p) if isinstance(p, tuple) else p for p in parts) + ")"
+    lines = ["| transform | elements (with event time) | protected unit | releases |",
+             "|---|---|---|---|"]
+    for spec in SPECS.values():
+        lines.append(f"| `{spec.class_name}` | `{shape(spec.shape)}` | {spec.unit} | "
+                     f"{spec.summary} |")
+    return "\n".join(lines)
 
 
 def config_reference() -> str:
@@ -83,4 +102,4 @@ def config_reference() -> str:
 
 
 if __name__ == "__main__":
-    print(config_reference())
+    print(transform_table() + "\n\n" + config_reference())

@@ -2,7 +2,7 @@
 
 Bounded input uses Beam's file sinks (WriteToParquet / WriteToText). Unbounded input writes one
 file per bundle from a DoFn: on these runners WriteToParquet with a triggering frequency lost
-rows in streaming, while per-bundle files kept all of them (../shared/BEAM_NOTES.md).
+rows in streaming, while per-bundle files kept all of them (measured with Beam 2.77).
 
 BigQuery (Dataflow users): `records | beam.io.WriteToBigQuery(table, schema=BIGQUERY_SCHEMA,
 write_disposition=beam.io.BigQueryDisposition.WRITE_APPEND)`; not testable offline.

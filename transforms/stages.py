@@ -37,7 +37,7 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.records import canonical
-from transforms.streams.units import Problem, UnitRun, advance_unit
+from transforms.streams.units import Problem, UnitRun, advance_unit, steps_to_run
 from transforms.validation import fail
 
 DEAD_LETTER = "dead_letter"
@@ -201,10 +201,9 @@ class _TruncateUnitsFn(beam.DoFn):
         saved = list(saved)
         state = saved[0] if saved else self.problem.init_state()
         by_step = sorted_payloads([Event(*wire) for wire in wire_events])
-        if self.problem.every_step:
-            steps = range(self.window.first if saved else 0, self.window.stop)
-        else:
-            steps = sorted(by_step)
+        # a unit first seen in a resumed run starts its machine at step 0 (it had no events)
+        steps = steps_to_run(self.problem, by_step, self.window.first if saved else 0,
+                             self.window.stop)
         run = advance_unit(self.problem, unit, state, by_step, steps)
         if self.dropped is not None:  # operator-only: depends on private data
             self.dropped.inc(sum(run.dropped.values()))
@@ -254,7 +253,7 @@ class _TruncateStreamingFn(beam.DoFn):
         done = next_step.read() or 0
         by_step = sorted_payloads(ready)
         last = max(by_step) if by_step else done - 1
-        steps = range(done, last + 1) if self.problem.every_step else sorted(by_step)
+        steps = steps_to_run(self.problem, by_step, done, last + 1)
         run = advance_unit(self.problem, key, state, by_step, steps)
         if self.dropped is not None:
             self.dropped.inc(sum(run.dropped.values()))
@@ -513,9 +512,12 @@ class _ReleaseStreamingFn(beam.DoFn):
 
 class ReleasePerKey(beam.PTransform):
     """(key, StepTotal) -> one record per public key and step of the window (a key without
-    data gets its records too: no output's presence depends on private data). Bounded input
-    continues each key from its saved state (`resume_states`, (key, (bytes, halted)) pairs)
-    and returns the new states."""
+    data gets its records too: no output's presence depends on private data); totals and saved
+    states of other keys are ignored. Bounded input continues each key from its saved state
+    (`resume_states`, (key, (sealed bytes, halted)) pairs) and returns the new states. Records
+    carry the event time of their step's end (minus 1 us); in streaming that is behind the
+    watermark when they are emitted, so window them with allowed lateness or write them
+    unwindowed (the bundled sinks do)."""
 
     def __init__(self, config: ReleaseConfig, public_keys: Sequence,
                  window: Optional[StepWindow] = None, resume_states=None):

@@ -243,3 +243,42 @@ def test_a_run_killed_after_its_commit_is_published_by_the_next_run(tmp_path, mo
     again = schedule.run_once(config, state, ORIGIN + 4.5 * HOUR)  # nothing new to release
     assert again["new_steps"] == 0
     assert records_of([published]) == records_of(again["records"])
+
+
+def _kill_in(monkeypatch, point):
+    """Makes the next run die at `point` (once)."""
+    from transforms import sinks
+    originals = {"before the manifest": (schedule, "write_manifest"),
+                 "mid-publish": (sinks.FileSystems, "rename")}
+    owner, name = originals[point]
+    original = getattr(owner, name)
+    calls = []
+
+    def killed(*args, **kwargs):
+        calls.append(1)
+        if point == "mid-publish" and len(calls) == 1:
+            original(*args, **kwargs)  # the first format is published, then the run dies
+            return
+        monkeypatch.setattr(owner, name, original)
+        raise RuntimeError(f"killed {point}")
+
+    monkeypatch.setattr(owner, name, killed)
+
+
+@pytest.mark.parametrize("point", ["before the manifest", "mid-publish"])
+def test_runs_killed_at_any_point_converge_to_one_uninterrupted_run(tmp_path, monkeypatch,
+                                                                    point):
+    config = write_config(tmp_path, output={"path": str(tmp_path / "out"),
+                                            "formats": ["jsonl", "csv"]})
+    state = str(tmp_path / "state")
+    schedule.run_once(config, state, ORIGIN + 3 * HOUR)
+    _kill_in(monkeypatch, point)
+    with pytest.raises(RuntimeError, match=f"killed {point}"):
+        schedule.run_once(config, state, ORIGIN + 7 * HOUR)
+    final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
+    assert records_of(final["records"]) == continuous(tmp_path, config)
+    job = job_config.load(config)
+    published = glob.glob(os.path.join(job.output.path, f"{job.job}-scheduled", "*"))
+    assert not [p for p in published if p.endswith(".partial")]
+    assert records_of([p for p in published if p.endswith(".jsonl")]) == \
+        records_of(final["records"])

@@ -12,7 +12,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 
 class AppendJson(beam.DoFn):
-    """Appends each element as one JSON line (no GroupByKey after timers: see BEAM_NOTES)."""
+    """Appends each element as one JSON line (no GroupByKey after timers: Beam 2.77 loses timer output there)."""
 
     def __init__(self, path):
         self.path = path

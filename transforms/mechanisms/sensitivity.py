@@ -51,6 +51,14 @@ def split_over_parts(per_ones: np.ndarray, k: int, parts: int) -> float:
 
 def max_plus(a: np.ndarray, b: np.ndarray, cap: int) -> np.ndarray:
     """c[j] = max_i a[i] + b[j - i] for j <= cap (-inf where impossible)."""
+    rows = min(cap, len(a) - 1) + 1
+    if rows * (cap + 1) <= 1 << 22:  # one vectorised max over the (i, j) table
+        padded = np.full(2 * cap + 1, -np.inf)
+        width = min(cap, len(b) - 1) + 1
+        padded[cap:cap + width] = b[:width]
+        # shifted[i, j] = b[j - i] (-inf outside b): row i is padded[cap - i: 2 cap - i + 1]
+        shifted = np.lib.stride_tricks.sliding_window_view(padded, cap + 1)[cap - np.arange(rows)]
+        return np.max(np.asarray(a[:rows], dtype=np.float64)[:, None] + shifted, axis=0)
     out = np.full(cap + 1, -np.inf)
     for i in range(min(cap, len(a) - 1) + 1):
         if a[i] == -np.inf:

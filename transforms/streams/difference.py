@@ -20,7 +20,7 @@ from .entity import EntityCardinality, count_distinct
 from .graph import BoundViolation
 from .records import DeadLetter, Declaration, canonical, validate_event, validate_update
 from .units import (CountProblem, DegreeProblem, EntityProblem, Halt, Problem, TriangleProblem,
-                    advance_unit)
+                    advance_unit, steps_to_run)
 
 
 @dataclasses.dataclass
@@ -76,7 +76,7 @@ def _run_units(problem: Problem, grouped, horizon: int, dtype, dropped) -> Tuple
     first_halt: Optional[Halt] = None
     for unit in sorted(grouped, key=canonical):
         by_step = grouped[unit]
-        steps = range(horizon) if problem.every_step else sorted(by_step)
+        steps = steps_to_run(problem, by_step, 0, horizon)
         run = advance_unit(problem, unit, problem.init_state(), by_step, steps)
         dropped.update(run.dropped)
         for key, step, value in run.contributions:

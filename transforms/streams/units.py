@@ -70,6 +70,15 @@ class Problem:
         raise NotImplementedError
 
 
+def steps_to_run(problem: Problem, by_step: Dict[int, Sequence[Any]], first: int,
+                 stop: int) -> Sequence[int]:
+    """The steps in [first, stop) a unit's machine must see: all of them for every-step
+    machines (triangles), else those with payloads."""
+    if problem.every_step:
+        return range(first, stop)
+    return sorted(step for step in by_step if first <= step < stop)
+
+
 def advance_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence[Any]],
                  steps: Iterable[int]) -> UnitRun:
     """Run one unit's machine over `steps` (payloads per step in `by_step`), stopping at the
