@@ -40,6 +40,9 @@ class TestSmoothBinary(MechanismContract):
 
 class TestSmoothBinaryPruned(MechanismContract):
     NAME, PARAMS = "smooth_binary", {"prune": True}
+    # pruning changes which leaves hold data, not the tree: fewer horizons than the unpruned
+    # variant (which covers 1..300) keep the suite inside CI's time budget
+    HORIZONS = list(range(1, 101)) + [511, 512, 513, 1000, 2187]
 
 
 class TestSqrtToeplitz(MechanismContract):

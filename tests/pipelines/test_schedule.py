@@ -212,7 +212,8 @@ def test_marker_is_create_if_absent(tmp_path):
         checkpoints.create_if_absent("s3://bucket/state/commits/x.json", b"x")
 
 
-@pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "configs"))))
+@pytest.mark.parametrize("name", sorted(set(os.listdir(os.path.join(ROOT, "configs")))
+                                         - {"cart_items.yaml"}))  # five runs: tested above
 def test_every_bundled_config_resumes_to_one_continuous_run(tmp_path, name):
     """Three scheduled runs (checkpoint states of every problem through the JSON codec) equal
     one pipelines.run with the same insecure seed: both drive the same stages."""

@@ -3,6 +3,7 @@ budget is spent (seed 004 Sec. 11 describes the regimes this reproduces)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import List, Optional, Tuple
 
 from transforms import validation as check
@@ -69,11 +70,20 @@ def evaluate(horizon: int, privacy: dict, max_contributions: int = 1, interval_b
     return rows
 
 
+@functools.lru_cache(maxsize=128)
+def _evaluated(horizon, privacy_items, max_contributions, interval_bound, noise):
+    """`evaluate` with the default candidates, once per process and arguments (deterministic:
+    every transform built for the same release resolves the same mechanism)."""
+    return tuple(evaluate(horizon, dict(privacy_items), max_contributions, interval_bound,
+                          noise=noise))
+
+
 def choose(horizon: int, privacy: dict, max_contributions: int = 1, interval_bound: int = 1,
            metric: str = "max", noise: str = "discrete") -> Tuple[Candidate, List[Candidate]]:
     """The candidate with the lowest MaxSE (or MeanSE) for the noise kind, and the table."""
     check.one_of("metric", metric, METRICS)
-    rows = evaluate(horizon, privacy, max_contributions, interval_bound, noise=noise)
+    rows = list(_evaluated(horizon, tuple(sorted(privacy.items())), max_contributions,
+                           interval_bound, noise))
     key = (lambda c: (c.max_se, c.mean_se)) if metric == "max" else (
         lambda c: (c.mean_se, c.max_se))
     return min(rows, key=key), rows
