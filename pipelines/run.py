@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import io
+from pipelines import io, logs
 from transforms import registry
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
@@ -79,7 +79,7 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   mechanism=name, mechanism_params=params or None,
                   confidence=job.confidence, secret=secret, noise_source=noise_source,
                   insecure=job.secret.insecure,
-                  noise=job.privacy.noise, release_id=release_id,
+                  noise=job.privacy.noise, release_id=release_id, diagnostics=True,
                   secret_fingerprint=secret_fingerprint, **job.privacy.budget, **job.bounds)
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
@@ -116,9 +116,14 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.run", description=__doc__)
-    parser.add_argument("--config", required=True)
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True,
+                        help="the job's YAML config (see the README's config reference)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's own logs (quiet by default)")
     args, beam_args = parser.parse_known_args(argv)
+    logs.configure(args.verbose)
     runner = runner_of(beam_args)
     try:
         job = job_config.load(args.config)
@@ -139,12 +144,17 @@ def main(argv=None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         staging = io.OutputStaging(job)  # removes what killed runs left behind
-        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            build(pipeline, job, transform, staging.public, staging.operator)
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+        build(pipeline, job, transform, staging.public, staging.operator)
+        result = pipeline.run()
+        result.wait_until_finish()
     with FileSystems.create(os.path.join(staging.public, "release.json")) as handle:
         handle.write(json.dumps(release_manifest(transform), indent=2, sort_keys=True,
                                 default=str).encode("utf-8"))
     write_operator_readme(staging.operator)
+    operator = operator_summary(result, staging.operator)
+    with FileSystems.create(os.path.join(staging.operator, "summary.json")) as handle:
+        handle.write(json.dumps(operator, indent=2, sort_keys=True).encode("utf-8"))
     staging.commit()  # the public and operator folders are replaced as whole sets
     folder = job.public_path
     info = transform.display_data()
@@ -163,7 +173,51 @@ def main(argv=None) -> int:
     print(f"manifest:     {os.path.join(folder, 'release.json')}")
     print(f"operator-only (not private): {os.path.join(job.operator_path, 'dead_letters')}"
           f"-*.jsonl")
+    print(f"operator-only (NOT private, exact counts of the data): {describe(operator)}")
     return 0
+
+
+def operator_summary(result, operator_folder: str) -> dict:
+    """Exact counts of the data for the operator (NOT private: never publish them): events
+    that entered truncation, what each bound cut, and dead letters by reason."""
+    counters = {}
+    try:
+        for counter in result.metrics().query()["counters"]:
+            if counter.key.metric.namespace == "continual_release":
+                name = counter.key.metric.name
+                counters[name] = counters.get(name, 0) + int(counter.committed or 0)
+    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
+        pass
+    reasons = {}
+    for meta in FileSystems.match([os.path.join(operator_folder, "dead_letters-*")])[0] \
+            .metadata_list:
+        with FileSystems.open(meta.path) as handle:
+            for line in handle.read().decode("utf-8").splitlines():
+                if line.strip():
+                    reason = json.loads(line).get("reason", "")
+                    kind = reason.split(";")[0].split(":")[0][:60]
+                    reasons[kind] = reasons.get(kind, 0) + 1
+    return {"events_in_window": counters.get("events_in_window"),
+            "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
+                          if k.startswith("truncated_by_")},
+            "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
+            "dead_letters": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+
+
+def describe(summary: dict) -> str:
+    events, truncated = summary["events_in_window"], summary["truncated"]
+    parts = []
+    if events is not None:
+        cut = sum(truncated.values())
+        parts.append(f"{events} events in the horizon, {cut} ({100.0 * cut / max(events, 1):.1f}"
+                     f" %) cut by the contribution bounds"
+                     + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
+                        if truncated else ""))
+    dead = summary["dead_letters"]
+    parts.append(f"{sum(dead.values())} dead letters"
+                 + (f" ({'; '.join(f'{k}: {v}' for k, v in list(dead.items())[:4])})"
+                    if dead else ""))
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import io
+from pipelines import io, logs
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITTED, LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun,
                                    check_ledger, committed_checkpoints, create_if_absent,
@@ -180,11 +180,18 @@ def publish(job, folder, released, complete) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.schedule", description=__doc__)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--now", help="ISO-8601 time (default: the current time)")
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.schedule", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True,
+                        help="the job's YAML config (the same for every run of the release)")
+    parser.add_argument("--state-dir", required=True,
+                        help="local path or gs:// folder holding the release's checkpoints")
+    parser.add_argument("--now", help="ISO-8601 time (default: the current time); steps that "
+                                      "end by then are released")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's own logs (quiet by default)")
     args, beam_args = parser.parse_known_args(argv)
+    logs.configure(args.verbose)
     try:
         now = job_config.parse_time("now", args.now) if args.now else time.time()
         summary = run_once(args.config, args.state_dir, now, beam_args)

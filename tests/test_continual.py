@@ -372,3 +372,12 @@ def test_stored_state_of_another_release_is_refused():
         _resume_with_state_of(make_count("1" * 32, b"s"), make_count("2" * 32, b"s"))
     with pytest.raises(Exception, match=r"`state` must be state of release 1{32} for key 'a'"):
         _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"t"))
+
+
+def test_stateful_stages_use_a_deterministic_key_coder(caplog):
+    """No "key coder ... may not be deterministic" warning: ids have their own coder."""
+    import logging
+    caplog.set_level(logging.WARNING, logger="apache_beam")
+    events = random_count_events(np.random.default_rng(1), n=10)
+    run(noisy_count(), events, mode="streaming", steps=STEPS)
+    assert not [r for r in caplog.records if "deterministic" in r.getMessage()]

@@ -21,6 +21,7 @@ released when the watermark passes the end of step s + `release_delay_steps`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -45,6 +46,55 @@ UNIT_STATES = "unit_states"
 KEY_STATES = "key_states"
 MICRO = 1e-6
 METRICS = "continual_release"
+
+
+# ----- keys ------------------------------------------------------------------------------------
+class Id:
+    """Type hint for unit and key ids (a non-empty str, an int, or a tuple of them): their
+    coder is `KeyCoder`, deterministic, as state and grouping keys must be."""
+
+
+def _tagged(value):
+    if isinstance(value, tuple):
+        return ["t", [_tagged(part) for part in value]]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return ["i", str(value)]
+    if isinstance(value, str):
+        return ["s", value]
+    return ["r", repr(value)]  # not an id: never a state key here; kept distinguishable
+
+
+def _untagged(data):
+    tag, body = data
+    if tag == "t":
+        return tuple(_untagged(part) for part in body)
+    if tag == "i":
+        return int(body)
+    if tag == "s":
+        return body
+    raise ValueError(f"`key` must be an id (str, int or a tuple of them); got {body}.")
+
+
+class KeyCoder(beam.coders.Coder):
+    """Type-tagged JSON of an id: the same id always has the same bytes (1, "1" and (1,)
+    differ), on every worker and Python version."""
+
+    def encode(self, value) -> bytes:
+        return json.dumps(_tagged(value), separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
+
+    def decode(self, encoded: bytes):
+        return _untagged(json.loads(encoded.decode("utf-8")))
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return Id
+
+
+beam.coders.registry.register_coder(Id, KeyCoder)
+KEYED = Tuple[Id, Any]  # (unit or key id, message)
 
 
 # ----- messages --------------------------------------------------------------------------------
@@ -115,14 +165,16 @@ def _empty(pipeline, label):
 
 
 # ----- AssignSteps -----------------------------------------------------------------------------
-@beam.typehints.with_output_types(Tuple[Any, Any])
+@beam.typehints.with_output_types(KEYED)
 class _AssignStepsFn(beam.DoFn):
     def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
                  diagnostics: bool = False):
         self.problem, self.steps, self.window = problem, steps, window
-        # operator-only: how many events of already released steps a resumed run skipped
+        # operator-only: how many events of already released steps a resumed run skipped,
+        # and how many events entered truncation
         self.released = Metrics.counter(METRICS, "events_of_released_steps") \
             if diagnostics else None
+        self.assigned = Metrics.counter(METRICS, "events_in_window") if diagnostics else None
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
         seconds = float(timestamp.micros) / 1e6
@@ -140,6 +192,8 @@ class _AssignStepsFn(beam.DoFn):
         elif parsed is None:
             yield dead_letter(element, reason)
         else:
+            if self.assigned is not None:
+                self.assigned.inc()
             yield parsed.unit, Event(step, int(timestamp.micros), parsed.payload)
 
 
@@ -176,6 +230,13 @@ def sorted_payloads(events: Sequence[Event]) -> Dict[int, List[Any]]:
             for step, items in by_step.items()}
 
 
+def count_truncation(run: UnitRun) -> None:
+    """Operator-only metrics (they depend on private data): updates the unit's machine dropped,
+    by bound (`truncated_by_contribution_bound`, `truncated_by_key_cap`)."""
+    for reason, count in run.dropped.items():
+        Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(count)
+
+
 def _unit_outputs(unit, run: UnitRun, step_end=None):
     """Contributions, then the halt (dead letter + halt delta for the unit's key)."""
     for key, step, value in run.contributions:
@@ -188,13 +249,13 @@ def _unit_outputs(unit, run: UnitRun, step_end=None):
                                                              step_end(run.halt.step) - MICRO)
 
 
-@beam.typehints.with_output_types(Tuple[Any, Any])
+@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
 class _TruncateUnitsFn(beam.DoFn):
     """(unit, ([Event as a tuple], [saved state])) -> deltas, new unit state."""
 
     def __init__(self, problem: Problem, window: StepWindow, diagnostics: bool):
         self.problem, self.window = problem, window
-        self.dropped = Metrics.counter(METRICS, "truncated_updates") if diagnostics else None
+        self.diagnostics = diagnostics
 
     def process(self, item):
         unit, (wire_events, saved) = item
@@ -205,13 +266,13 @@ class _TruncateUnitsFn(beam.DoFn):
         steps = steps_to_run(self.problem, by_step, self.window.first if saved else 0,
                              self.window.stop)
         run = advance_unit(self.problem, unit, state, by_step, steps)
-        if self.dropped is not None:  # operator-only: depends on private data
-            self.dropped.inc(sum(run.dropped.values()))
+        if self.diagnostics:  # operator-only: depends on private data
+            count_truncation(run)
         yield from _unit_outputs(unit, run)
         yield beam.pvalue.TaggedOutput(UNIT_STATES, (unit, run.state))
 
 
-@beam.typehints.with_output_types(Tuple[Any, Any])
+@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
 class _TruncateStreamingFn(beam.DoFn):
     """Unbounded input: buffer a unit's events until the watermark passes their step's end."""
 
@@ -223,7 +284,7 @@ class _TruncateStreamingFn(beam.DoFn):
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool):
         self.problem, self.steps = problem, steps
-        self.dropped = Metrics.counter(METRICS, "truncated_updates") if diagnostics else None
+        self.diagnostics = diagnostics
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
                 next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
@@ -255,8 +316,8 @@ class _TruncateStreamingFn(beam.DoFn):
         last = max(by_step) if by_step else done - 1
         steps = steps_to_run(self.problem, by_step, done, last + 1)
         run = advance_unit(self.problem, key, state, by_step, steps)
-        if self.dropped is not None:
-            self.dropped.inc(sum(run.dropped.values()))
+        if self.diagnostics:
+            count_truncation(run)
         yield from _unit_outputs(key, run, self.steps.end)
         buffer.clear()
         earliest.clear()
@@ -297,8 +358,7 @@ class TruncatePerUnit(beam.PTransform):
             return StageOutput(out.deltas, out[DEAD_LETTER])
         # plain tuples through the shuffle (a dataclass costs ~5x more to encode)
         wire = events | "ToWire" >> beam.MapTuple(
-            lambda unit, event: (unit, dataclasses.astuple(event))).with_output_types(
-                Tuple[Any, Any])
+            lambda unit, event: (unit, dataclasses.astuple(event))).with_output_types(KEYED)
         if self.resume_states is None:
             grouped = (wire | "GroupByUnit" >> beam.GroupByKey()
                        | "NoSavedState" >> beam.MapTuple(lambda unit, evs: (unit, (evs, ()))))
@@ -362,11 +422,13 @@ class SumPerKeyAndStep(beam.PTransform):
         if not deltas.is_bounded:
             return deltas | "ToStepTotals" >> beam.MapTuple(
                 lambda key_step, delta: (key_step[0], StepTotal(key_step[1], delta.value,
-                                                                delta.halt)))
+                                                                delta.halt))
+            ).with_output_types(KEYED)
         return (deltas
                 | "ExactSums" >> beam.CombinePerKey(ExactSum())
                 | "ToStepTotals" >> beam.MapTuple(
-                    lambda key_step, total: (key_step[0], StepTotal(key_step[1], *total))))
+                    lambda key_step, total: (key_step[0], StepTotal(key_step[1], *total))
+                ).with_output_types(KEYED))
 
 
 # ----- KeepPublicKeys --------------------------------------------------------------------------
@@ -390,7 +452,7 @@ class KeepPublicKeys(beam.PTransform):
             elif dropped is not None and (total.halt or total.value != 0):
                 dropped.inc()
 
-        return totals | "KeepPublic" >> beam.FlatMap(keep)
+        return totals | "KeepPublic" >> beam.FlatMap(keep).with_output_types(KEYED)
 
 
 # ----- ReleasePerKey ---------------------------------------------------------------------------
@@ -536,14 +598,15 @@ class ReleasePerKey(beam.PTransform):
                      "states")
             origin = self.config.steps.origin
             seeds = keys | "SeedEveryKey" >> beam.Map(
-                lambda key: TimestampedValue((key, Seed()), origin))
-            out = ((totals, seeds) | "WithSeeds" >> beam.Flatten()
+                lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED)
+            out = ((totals, seeds) | "WithSeeds" >> beam.Flatten().with_output_types(KEYED)
                    | "Release" >> beam.ParDo(_ReleaseStreamingFn(self.config, self.public_keys)).with_outputs(
                        DEAD_LETTER, main="records"))
             return StageOutput(out.records, out[DEAD_LETTER])
         states = self.resume_states if self.resume_states is not None else _empty(
             pipeline, "NoSavedStates")
-        seeds = keys | "SeedEveryKey" >> beam.Map(lambda key: (key, None))
+        seeds = keys | "SeedEveryKey" >> beam.Map(lambda key: (key, None)).with_output_types(
+            KEYED)
         out = ({"totals": totals, "state": states, "seed": seeds}
                | "GroupByKey" >> beam.CoGroupByKey()
                | "Release" >> beam.ParDo(_ReleaseKeysFn(self.config, self.window)).with_outputs(

@@ -1,4 +1,6 @@
 """Every mechanism and option set runs the shared contract of contract.py."""
+import pytest
+
 from tests.support.contract import MechanismContract
 
 
@@ -40,9 +42,22 @@ class TestSmoothBinary(MechanismContract):
 
 class TestSmoothBinaryPruned(MechanismContract):
     NAME, PARAMS = "smooth_binary", {"prune": True}
-    # pruning changes which leaves hold data, not the tree: fewer horizons than the unpruned
-    # variant (which covers 1..300) keep the suite inside CI's time budget
+    # Pruning changes which leaves hold data, not the tree or its noise: the structural checks
+    # run in CI on fewer horizons than the unpruned variant (which covers 1..300); the noise
+    # statistics, identical code to the unpruned variant's, run with `-m slow` (CI time).
     HORIZONS = list(range(1, 101)) + [511, 512, 513, 1000, 2187]
+
+    @pytest.mark.slow
+    def test_empirical_variance_matches_analytic_variance(self):
+        super().test_empirical_variance_matches_analytic_variance()
+
+    @pytest.mark.slow
+    def test_discrete_noise_follows_the_exact_law_and_releases_integers(self):
+        super().test_discrete_noise_follows_the_exact_law_and_releases_integers()
+
+    @pytest.mark.slow
+    def test_confidence_intervals_reach_nominal_coverage(self):
+        super().test_confidence_intervals_reach_nominal_coverage()
 
 
 class TestSqrtToeplitz(MechanismContract):

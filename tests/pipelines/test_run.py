@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,20 @@ def test_config_file_problems_are_one_line(tmp_path, capsys):
         assert job_run.main(["--config", path]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_job_prints_no_warning_and_reports_truncation_to_the_operator(tmp_path, capfd):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 12
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 0
+    out, err = capfd.readouterr()
+    assert "WARNING" not in err and "Traceback" not in err, err
+    assert "operator-only (NOT private, exact counts of the data)" in out
+    summary = json.load(open(tmp_path / "active-users-operator" / "summary.json"))
+    assert summary["events_in_window"] > 0
+    assert summary["truncated"]["contribution_bound"] > 0  # the demo's caps do cut
+    assert sum(summary["dead_letters"].values()) > 0       # events after the 12-step horizon
+    assert not (tmp_path / "active-users" / "summary.json").exists()  # not in the public set

@@ -67,26 +67,6 @@ def test_rerun_returns_stored_records_and_spends_nothing(tmp_path):
     assert len(checkpoints.committed_checkpoints(state)) == 1
 
 
-def test_crash_mid_run_keeps_previous_checkpoint_and_next_run_completes(tmp_path, monkeypatch):
-    config = write_config(tmp_path)
-    state = str(tmp_path / "state")
-    schedule.run_once(config, state, ORIGIN + 4 * HOUR)
-    from transforms.release import RecordMaker
-    original = RecordMaker.record
-
-    def crash(self, key, step, value):
-        raise RuntimeError("killed mid-way")
-
-    monkeypatch.setattr(RecordMaker, "record", crash)
-    with pytest.raises(Exception, match="killed mid-way"):
-        schedule.run_once(config, state, ORIGIN + 9 * HOUR)
-    monkeypatch.setattr(RecordMaker, "record", original)
-    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [4]
-    assert len(glob.glob(os.path.join(state, "ckpt-*"))) == 2  # the uncommitted one is ignored
-    final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
-    assert records_of(final["records"]) == continuous(tmp_path, config)
-
-
 @pytest.mark.parametrize("change,field", [
     ({"privacy": {"rho": 0.25}}, "privacy.rho"),
     ({"steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 24}},
@@ -247,35 +227,36 @@ def test_a_run_killed_after_its_commit_is_published_by_the_next_run(tmp_path, mo
 
 
 def _kill_in(monkeypatch, point):
-    """Makes the next run die at `point` (once)."""
-    from transforms import sinks
-    originals = {"before the manifest": (schedule, "write_manifest"),
-                 "mid-publish": (sinks.FileSystems, "rename")}
-    owner, name = originals[point]
+    """Makes the next run die at `point`; returns the function that undoes it."""
+    from transforms.release import RecordMaker
+    owner, name = {"in the pipeline": (RecordMaker, "record"),
+                   "mid-publish": (schedule, "write_records_files")}[point]
     original = getattr(owner, name)
-    calls = []
 
     def killed(*args, **kwargs):
-        calls.append(1)
-        if point == "mid-publish" and len(calls) == 1:
-            original(*args, **kwargs)  # the first format is published, then the run dies
-            return
-        monkeypatch.setattr(owner, name, original)
+        if point == "mid-publish":  # the first format is published, then the run dies
+            rows, prefix, formats = args
+            original(rows, prefix, formats[:1])
         raise RuntimeError(f"killed {point}")
 
     monkeypatch.setattr(owner, name, killed)
+    return lambda: monkeypatch.setattr(owner, name, original)
 
 
-@pytest.mark.parametrize("point", ["before the manifest", "mid-publish"])
+@pytest.mark.parametrize("point", ["in the pipeline", "mid-publish"])
 def test_runs_killed_at_any_point_converge_to_one_uninterrupted_run(tmp_path, monkeypatch,
                                                                     point):
     config = write_config(tmp_path, output={"path": str(tmp_path / "out"),
                                             "formats": ["jsonl", "csv"]})
     state = str(tmp_path / "state")
     schedule.run_once(config, state, ORIGIN + 3 * HOUR)
-    _kill_in(monkeypatch, point)
-    with pytest.raises(RuntimeError, match=f"killed {point}"):
+    undo = _kill_in(monkeypatch, point)
+    with pytest.raises(Exception, match=f"killed {point}"):
         schedule.run_once(config, state, ORIGIN + 7 * HOUR)
+    undo()
+    if point == "in the pipeline":  # the killed run's folder exists but was never committed
+        assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [3]
+        assert len(glob.glob(os.path.join(state, "ckpt-*"))) == 2
     final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
     assert records_of(final["records"]) == continuous(tmp_path, config)
     job = job_config.load(config)

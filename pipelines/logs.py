@@ -1,0 +1,39 @@
+"""Quiet, truthful logs for the command-line jobs.
+
+By default a job's stderr holds only what the operator must act on: Beam's own INFO/WARNING
+chatter is raised to ERROR, and the import-time notice that the optional BigQuery client
+(apitools) is missing is dropped (nothing here uses BigQuery). `--verbose` brings all of Beam's
+logs back. The stateful transforms use a deterministic key coder (`transforms.stages.KeyCoder`),
+so Beam's "key coder may not be deterministic" warning does not arise in the first place.
+"""
+from __future__ import annotations
+
+import logging
+
+BENIGN_IMPORT_NOTICES = ("apitools not found",)
+
+
+class _DropBenignImportNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(BENIGN_IMPORT_NOTICES)
+
+
+_FILTER = _DropBenignImportNotices()
+
+
+def install_import_filter() -> None:
+    """Before Beam is imported: its optional-client notice is not a problem of this job."""
+    logging.getLogger().addFilter(_FILTER)
+
+
+def configure(verbose: bool) -> None:
+    """Quiet by default (Beam at ERROR, the library's notices printed by the CLI itself);
+    `verbose`: every logger at INFO, nothing filtered."""
+    if verbose:
+        logging.getLogger().removeFilter(_FILTER)
+        logging.basicConfig(level=logging.INFO, force=True)
+        for name in ("apache_beam", "transforms"):
+            logging.getLogger(name).setLevel(logging.INFO)
+        return
+    for name in ("apache_beam", "transforms"):
+        logging.getLogger(name).setLevel(logging.ERROR)
