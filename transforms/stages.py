@@ -54,14 +54,14 @@ class Id:
     coder is `KeyCoder`, deterministic, as state and grouping keys must be."""
 
 
-def _tagged(value):
-    if isinstance(value, tuple):
-        return ["t", [_tagged(part) for part in value]]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return ["i", str(value)]
-    if isinstance(value, str):
-        return ["s", value]
-    return ["r", repr(value)]  # not an id: never a state key here; kept distinguishable
+def _tagged(key_id):
+    if isinstance(key_id, tuple):
+        return ["t", [_tagged(part) for part in key_id]]
+    if isinstance(key_id, int) and not isinstance(key_id, bool):
+        return ["i", str(key_id)]
+    if isinstance(key_id, str):
+        return ["s", key_id]
+    return ["r", repr(key_id)]  # not an id: never a state key here; kept distinguishable
 
 
 def _untagged(data):
