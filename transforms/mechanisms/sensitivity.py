@@ -43,9 +43,17 @@ def sensitivity(mechanism, p: int, max_contributions: int, interval_bound: int) 
 def split_over_parts(per_ones: np.ndarray, k: int, parts: int) -> float:
     """max over k_1 + ... + k_parts = k (k_d >= 0) of sum_d per_ones[k_d] (Lemma 7.3)."""
     values = np.asarray(per_ones, dtype=np.float64)[:k + 1]
-    best = values.copy()
-    for _ in range(parts - 1):
-        best = max_plus(best, values, k)
+    # the parts-fold max-plus power of `values` by repeated squaring (max-plus convolution is
+    # associative): O(log parts) products instead of parts - 1
+    best = np.full(k + 1, -np.inf)
+    best[0] = 0.0  # the identity: zero balls in zero parts
+    base, remaining = values, parts
+    while remaining:
+        if remaining & 1:
+            best = max_plus(best, base, k)
+        remaining >>= 1
+        if remaining:
+            base = max_plus(base, base, k)
     return float(np.max(best[:k + 1]))
 
 
