@@ -33,7 +33,11 @@ def main(argv=None) -> int:
     group.add_argument("--epsilon", type=float)
     group.add_argument("--rho", type=float)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)
+    from pipelines import logs
+    logs.configure(args.verbose)
     privacy = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon or 1.0}
     try:
         rows = error_table(args.horizon, privacy, args.seed)

@@ -135,7 +135,11 @@ def main(argv=None) -> int:
     parser.add_argument("--input", required=True)
     parser.add_argument("--out", default="report")
     parser.add_argument("--truth-config")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)
+    from pipelines import logs
+    logs.configure(args.verbose)
     try:
         rows = read_records(args.input)
         truth = true_totals(args.truth_config) if args.truth_config else None

@@ -17,7 +17,8 @@ A checkpoint becomes visible only through its commit marker `commits/from-<first
 (which records the manifest's SHA-256; the next run verifies every file before resuming),
 created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
-publishes nothing (records reach `output.path/<job>-scheduled/` only after the commit).
+publishes nothing (records reach `output.path/<job>-scheduled/<release id>/` only after the
+commit).
 Guarantees (each tested): resuming after N runs gives records identical to one continuous run
 (same insecure seed); re-running when nothing new is complete returns the stored records and
 spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
@@ -106,13 +107,14 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     else:
         transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
     remove_stale_checkpoints(state_dir, released, [folder for _, folder in checkpoints])
-    republish_missing(job, checkpoints)
+    republish_missing(job, transform.release_id, checkpoints)
     steps = job.steps
     complete = max(0, min(steps.horizon, math.floor((now - steps.origin) / steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
         return {"released_before": released, "released_after": released, "new_steps": 0,
                 "records": stored, "release_id": transform.release_id,
+                "published": published_folder(job, transform.release_id),
                 "spent": "nothing (no newly complete step)"}
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     options = PipelineOptions(list(beam_args) if any(a.startswith("--runner") for a in beam_args)
@@ -141,33 +143,39 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             raise ConcurrentRun(f"the commit marker of steps from {released} in {state_dir} "
                                 f"names another run; this run published nothing")
     write_text(join(folder, COMMITTED), "")
-    publish(job, folder, released, complete)
+    publish(job, transform.release_id, folder, released, complete)
     return {"released_before": released, "released_after": complete,
             "new_steps": complete - released, "release_id": transform.release_id,
             "records": stored + [join(folder, "records-*.jsonl")],
+            "published": published_folder(job, transform.release_id),
             "spent": "the release's budget (once for all T steps)" if released == 0 else
                      "nothing new (the budget covers all T steps of this release)"}
 
 
-def _published_prefix(job, released, complete) -> str:
-    # a folder of its own, so a report over `pipelines.run`'s records never mixes the two
-    return os.path.join(job.output.path, f"{job.job}-scheduled",
+def published_folder(job, release_id: str) -> str:
+    """`<output.path>/<job>-scheduled/<release id>/`: a folder per release, so neither a plain
+    run's records nor another state directory's release ever mix into it."""
+    return os.path.join(job.output.path, f"{job.job}-scheduled", release_id)
+
+
+def _published_prefix(job, release_id, released, complete) -> str:
+    return os.path.join(published_folder(job, release_id),
                         f"records-steps-{released}-{complete}")
 
 
-def republish_missing(job, checkpoints) -> None:
+def republish_missing(job, release_id, checkpoints) -> None:
     """A run killed between its commit and the end of `publish` left committed records
     unpublished (or some formats missing): the next run publishes them (the same records:
     they are read from the checkpoint; a half-written file only exists as `.partial`)."""
     start = 0
     for complete, folder in checkpoints:
-        prefix = _published_prefix(job, start, complete)
+        prefix = _published_prefix(job, release_id, start, complete)
         if not all(FileSystems.exists(records_file(prefix, fmt)) for fmt in job.output.formats):
-            publish(job, folder, start, complete)
+            publish(job, release_id, folder, start, complete)
         start = complete
 
 
-def publish(job, folder, released, complete) -> None:
+def publish(job, release_id, folder, released, complete) -> None:
     """After the commit: the run's records, in the configured formats, into output.path."""
     rows = []
     for meta in FileSystems.match([join(folder, "records-*.jsonl")])[0].metadata_list:
@@ -175,7 +183,7 @@ def publish(job, folder, released, complete) -> None:
             rows.extend(json.loads(line) for line in handle.read().decode("utf-8").splitlines()
                         if line.strip())
     rows.sort(key=lambda r: (r["key"], r["step"]))
-    out = _published_prefix(job, released, complete)
+    out = _published_prefix(job, release_id, released, complete)
     write_records_files(rows, out, job.output.formats)
 
 
@@ -204,8 +212,9 @@ def main(argv=None) -> int:
     print(f"release {summary['release_id']}")
     print(f"steps released: {summary['released_before']} -> {summary['released_after']} "
           f"({summary['new_steps']} new); budget spent: {summary['spent']}")
+    print(f"published records: {summary['published']}/records-steps-*")
     for pattern in summary["records"]:
-        print(f"records: {pattern}")
+        print(f"checkpointed records: {pattern}")
     return 0
 
 

@@ -90,7 +90,7 @@ def transform_table() -> str:
 
 def config_reference() -> str:
     """The README's per-transform config table (kept equal to the README by a test;
-    regenerate with `python3 -m transforms.registry`)."""
+    regenerate with `python3 -m pipelines.reference`)."""
     def default(value):
         return "required" if value == REQUIRED else ("none" if value is None else repr(value))
     lines = ["| `transform` | `input.fields` roles | `bounds` (default) | releases |",
@@ -100,6 +100,3 @@ def config_reference() -> str:
         lines.append(f"| `{spec.name}` | {', '.join(spec.roles)} | {bounds} | {spec.summary} |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    print(transform_table() + "\n\n" + config_reference())

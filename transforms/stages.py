@@ -469,8 +469,10 @@ class _ReleaseKeysFn(beam.DoFn):
 
     def process(self, item):
         key, grouped = item
-        if not list(grouped["seed"]):
-            return  # not a public key: no output, whatever its data or stored state
+        if list(grouped["seed"]):  # else not a public key: no output, whatever its data or state
+            yield from self._release(key, grouped)
+
+    def _release(self, key, grouped):
         first, stop = self.window.first, self.window.stop
         saved = list(grouped["state"])
         if len(saved) > 1:

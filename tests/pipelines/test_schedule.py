@@ -178,7 +178,7 @@ def test_two_concurrent_runs_commit_exactly_once(tmp_path):
     assert len(glob.glob(os.path.join(state, checkpoints.COMMITS, "*"))) == 1
     assert len(checkpoints.committed_checkpoints(state)) == 1
     job = job_config.load(config)
-    published = glob.glob(os.path.join(job.output.path, f"{job.job}-scheduled",
+    published = glob.glob(os.path.join(job.output.path, f"{job.job}-scheduled", "*",
                                         "records-steps-*"))
     assert len(published) == 1  # jsonl only, from the winner
 
@@ -219,7 +219,8 @@ def test_a_run_killed_after_its_commit_is_published_by_the_next_run(tmp_path, mo
         schedule.run_once(config, state, ORIGIN + 4 * HOUR)
     monkeypatch.setattr(schedule, "publish", original)
     job = job_config.load(config)
-    published = os.path.join(job.output.path, f"{job.job}-scheduled", "records-steps-0-4-*")
+    published = os.path.join(job.output.path, f"{job.job}-scheduled", "*",
+                             "records-steps-0-4-*")
     assert not glob.glob(published)
     again = schedule.run_once(config, state, ORIGIN + 4.5 * HOUR)  # nothing new to release
     assert again["new_steps"] == 0
@@ -260,7 +261,7 @@ def test_runs_killed_at_any_point_converge_to_one_uninterrupted_run(tmp_path, mo
     final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
     assert records_of(final["records"]) == continuous(tmp_path, config)
     job = job_config.load(config)
-    published = glob.glob(os.path.join(job.output.path, f"{job.job}-scheduled", "*"))
+    published = glob.glob(os.path.join(final["published"], "*"))
     assert not [p for p in published if p.endswith(".partial")]
     assert records_of([p for p in published if p.endswith(".jsonl")]) == \
         records_of(final["records"])
