@@ -19,7 +19,8 @@ setuptools.setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=7", "scipy>=1.10", "dp-accounting>=0.4", "wheel", "matplotlib>=3.5"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "scipy>=1.10", "dp-accounting>=0.4", "wheel",
+                 "matplotlib>=3.5"],
         "report": ["matplotlib>=3.5"],
     },
 )
