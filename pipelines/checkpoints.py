@@ -32,16 +32,6 @@ class ConcurrentRun(RuntimeError):
     """Another run committed the same steps first; this run published nothing."""
 
 
-def encode(value) -> str:
-    """A checkpoint line: versioned JSON of plain values and known state classes (never
-    pickle: a state directory in a writable bucket must not be able to run code)."""
-    return codec.dumps(value)
-
-
-def decode(line: str):
-    return codec.loads(line)
-
-
 def join(*parts) -> str:
     return FileSystems.join(*parts)
 
@@ -248,11 +238,11 @@ def read_states(pipeline, label: str, folder, name: str):
     if pattern is None or not FileSystems.match([pattern])[0].metadata_list:
         return pipeline | f"No{label}" >> beam.Create([])
     return (pipeline | f"Read{label}" >> beam.io.ReadFromText(pattern)
-            | f"Decode{label}" >> beam.Map(decode))
+            | f"Decode{label}" >> beam.Map(codec.loads))
 
 
 def write_states(states, label: str, folder: str, name: str) -> None:
-    (states | f"Encode{label}" >> beam.Map(encode)
+    (states | f"Encode{label}" >> beam.Map(codec.dumps)
      | f"Store{label}" >> beam.io.WriteToText(join(folder, name)))
 
 

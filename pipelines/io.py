@@ -23,7 +23,7 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines import config as job_config
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
-from transforms.stages import DEAD_LETTER, dead_letter
+from transforms.stages import DEAD_LETTER, dead_letter, dead_letter_record
 from transforms.streams.records import is_id
 from transforms.validation import fail
 
@@ -31,7 +31,6 @@ SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
          "csv": WriteRecordsToCsv}
 
 
-TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999: what timestamps can print
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
@@ -43,7 +42,7 @@ def parse_cell(name: str, kind: str, cell, timestamp_format: str = "iso"):
     if kind == "timestamp":
         seconds = parse_cell(name, "float", cell) if timestamp_format == "seconds" else \
             job_config.parse_time(name, cell)
-        if not TIME_RANGE[0] <= seconds <= TIME_RANGE[1]:
+        if not job_config.TIME_RANGE[0] <= seconds <= job_config.TIME_RANGE[1]:
             fail(name, "a time in the years 1 to 9999", cell)
         return seconds
     if kind == "float":
@@ -117,8 +116,7 @@ def read_rows(pipeline, job: job_config.JobConfig):
         rows = (pipeline | "ParquetFiles" >> beam.Create(good)
                 | "ReadParquet" >> beam.io.ReadAllFromParquet())
         dead = pipeline | "UnreadableFiles" >> beam.Create(
-            [{"record": path, "size": None, "reason": f"unreadable Parquet file: {why}"}
-             for path, why in bad])
+            [dead_letter_record(path, f"unreadable Parquet file: {why}") for path, why in bad])
         return rows, [dead]
     lines = pipeline | "ReadText" >> beam.io.ReadFromText(
         job.input.path, skip_header_lines=1 if job.input.format == "csv" else 0,

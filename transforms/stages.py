@@ -149,11 +149,14 @@ class StageOutput(NamedTuple):
 DEAD_LETTER_CHARS = 1024  # a dead letter keeps at most this much of the record's repr
 
 
-def dead_letter(record, reason: str) -> beam.pvalue.TaggedOutput:
+def dead_letter_record(record, reason: str) -> dict:
     """{"record": its repr (at most 1 KiB), "size": the repr's full length, "reason"}."""
     text = repr(record)
-    return beam.pvalue.TaggedOutput(DEAD_LETTER, {"record": text[:DEAD_LETTER_CHARS],
-                                                  "size": len(text), "reason": reason})
+    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text), "reason": reason}
+
+
+def dead_letter(record, reason: str) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_record(record, reason))
 
 
 def _micros(seconds: float) -> Timestamp:
