@@ -1,16 +1,21 @@
-"""Charts and a summary of released records.
+"""Charts and a summary of one release's records.
 
-    python3 -m pipelines.report --input 'output/active-users/records-*.parquet' --out report/
+    python3 -m pipelines.report --input output/active-users --out report/ \
         [--truth-config configs/active_users.yaml]
 
-Writes one PNG per key (noisy running total with its confidence band; with --truth-config, also
-the true running total, recomputed with the same truncation and zero noise: for demo data) and
-`report/summary.md` (mechanism, privacy, MaxSE, keys, steps). Needs matplotlib
-(`pip install -e ".[report]"`).
+`--input` is one release: a run's public folder (`output.path/<job>/`), a scheduled release's
+folder (`output.path/<job>-scheduled/<release id>/`) or a glob of records files. Records of
+several releases, or two different values for one (key, step), are refused in one line.
+
+Writes one PNG per key (noisy running total over time with its confidence band; with
+--truth-config, also the true running total, recomputed with the same truncation and zero
+noise: for demo data only, NOT private) and `summary.md` (release, mechanism, privacy, MaxSE).
+Needs matplotlib (`pip install -e ".[report]"`).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
 import os
@@ -20,11 +25,26 @@ from typing import Dict, List
 
 import pyarrow.parquet as pq
 
+FORMATS = (".parquet", ".jsonl")   # one format is read when several are present (CSV: untyped)
 
-def read_records(pattern: str) -> List[dict]:
-    files = sorted(glob.glob(pattern))
+
+def records_files(given: str) -> List[str]:
+    """The records files of `given` (a folder, or a glob): of one format, Parquet first, then
+    JSON lines (the same records are written in every configured format)."""
+    pattern = os.path.join(given, "records-*") if os.path.isdir(given) else given
+    names = [p for p in glob.glob(pattern) if not os.path.basename(p).startswith(".")]
+    for suffix in FORMATS:
+        chosen = sorted(p for p in names if p.endswith(suffix))
+        if chosen:
+            return chosen
+    return []
+
+
+def read_records(given: str) -> List[dict]:
+    files = records_files(given)
     if not files:
-        raise ValueError(f"`input` must match at least one records file; got {pattern!r}.")
+        raise ValueError(f"`input` must be a release folder or a glob matching at least one "
+                         f"Parquet or JSON lines records file; got {given!r}.")
     rows = []
     for path in files:
         if path.endswith(".parquet"):
@@ -32,7 +52,24 @@ def read_records(pattern: str) -> List[dict]:
         else:
             with open(path, encoding="utf-8") as handle:
                 rows.extend(json.loads(line) for line in handle if line.strip())
-    return rows
+    return one_release(rows)
+
+
+def one_release(rows: List[dict]) -> List[dict]:
+    """The rows of exactly one release, each (key, step) once (identical copies, e.g. the same
+    records in two formats, are merged); anything else is a one-line error."""
+    releases = sorted({str(r.get("release_id")) for r in rows})
+    if len(releases) != 1:
+        shown = ", ".join(releases[:3]) + (", ..." if len(releases) > 3 else "")
+        raise ValueError(f"`input` must hold the records of one release; got {len(releases)} "
+                         f"releases ({shown}): point --input at one release's folder.")
+    unique: Dict[tuple, dict] = {}
+    for row in rows:
+        seen = unique.setdefault((row["key"], row["step"]), row)
+        if seen != row:
+            raise ValueError(f"`input` must hold one record per key and step; got two "
+                             f"different records for key {row['key']!r}, step {row['step']}.")
+    return sorted(unique.values(), key=lambda r: (str(r["key"]), r["step"]))
 
 
 def true_totals(config_path: str) -> Dict[str, List[float]]:
@@ -67,34 +104,60 @@ def _series(rows, field) -> Dict[str, List[float]]:
     return {key: [steps[s] for s in sorted(steps)] for key, steps in out.items()}
 
 
+def budget_label(row: dict) -> str:
+    return ", ".join(f"{name} = {row[name]:g}" for name in ("epsilon", "delta", "rho")
+                     if row.get(name) is not None)
+
+
+def window_start(row: dict) -> datetime.datetime:
+    start = row["window_start"]
+    if isinstance(start, datetime.datetime):
+        return start if start.tzinfo else start.replace(tzinfo=datetime.timezone.utc)
+    return datetime.datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+
+
 def plot(rows, out_dir, truth=None) -> List[str]:
+    """One chart per key: time (window start, UTC) on the x-axis, the released running total
+    with its confidence band, and (demo data only) the exact truth."""
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
     os.makedirs(out_dir, exist_ok=True)
     by_key: Dict[str, List[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
     paths = []
-    for key, items in sorted(by_key.items()):
+    for key, items in sorted(by_key.items(), key=lambda kv: str(kv[0])):
         items.sort(key=lambda r: r["step"])
-        steps = [r["step"] for r in items]
+        times = [window_start(r) for r in items]
+        first = items[0]
         figure, axis = plt.subplots(figsize=(8, 4), dpi=110)
-        axis.fill_between(steps, [r["ci_low"] for r in items], [r["ci_high"] for r in items],
-                          alpha=0.25, color="tab:blue",
-                          label=f"{items[0]['confidence']:.0%} confidence interval")
-        axis.plot(steps, [r["value"] for r in items], color="tab:blue", lw=1.6,
-                  label="released (noisy running total)")
+        axis.fill_between(times, [r["ci_low"] for r in items], [r["ci_high"] for r in items],
+                          alpha=0.25, color="tab:blue", step="post",
+                          label=f"{first['confidence']:.0%} confidence interval (per step)")
+        axis.step(times, [r["value"] for r in items], where="post", color="tab:blue", lw=1.6,
+                  label="released running total (noisy, private)")
         if truth and key in truth:
-            axis.plot(steps, truth[key][:len(steps)], color="black", lw=1.2, ls="--",
-                      label="true running total after truncation (demo data)")
-        axis.set_title(f"{key}: {items[0]['mechanism']}")
-        axis.set_xlabel("step")
+            axis.step(times, [truth[key][r["step"]] for r in items], where="post",
+                      color="black", lw=1.2, ls="--",
+                      label="true running total after truncation (exact: NOT private)")
+        typical_noise = sum(r["stddev"] for r in items) / len(items)
+        signal = max(abs(r["value"]) for r in items)
+        if signal < 2 * typical_noise:
+            axis.text(0.99, 0.02, "the noise dominates this key's signal", ha="right",
+                      va="bottom", transform=axis.transAxes, fontsize=8, color="tab:red")
+        axis.set_title(f"{key}: {first['mechanism']}, {budget_label(first)}, "
+                       f"{'private' if first.get('private', True) else 'NOT private (seeded)'}",
+                       fontsize=10)
+        axis.set_xlabel("window start (UTC)")
         axis.set_ylabel("running total")
+        axis.xaxis.set_major_formatter(mdates.ConciseDateFormatter(
+            mdates.AutoDateLocator(), tz=datetime.timezone.utc))
         axis.grid(alpha=0.3)
         axis.legend(loc="upper left", fontsize=8)
         figure.tight_layout()
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".png"
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(key)) + ".png"
         path = os.path.join(out_dir, name)
         figure.savefig(path)
         plt.close(figure)
@@ -104,9 +167,8 @@ def plot(rows, out_dir, truth=None) -> List[str]:
 
 def summary(rows, paths, truth=None) -> str:
     first = rows[0]
-    privacy = ", ".join(f"{k} = {first[k]}" for k in ("epsilon", "delta", "rho")
-                        if first.get(k) is not None)
-    keys = sorted({r["key"] for r in rows})
+    privacy = budget_label(first)
+    keys = {r["key"] for r in rows}
     steps = sorted({r["step"] for r in rows})
     max_se = max(r["stddev"] for r in rows)
     lines = ["# Continual release report", "",
@@ -114,8 +176,8 @@ def summary(rows, paths, truth=None) -> str:
              f"private: {first.get('private', '?')}",
              f"- mechanism: `{first['mechanism']}` {first['mechanism_params']}",
              f"- privacy (whole release): {privacy}",
-             f"- keys: {len(keys)}; steps: {len(steps)} "
-             f"({first['window_start'] if first['step'] == 0 else ''} ...)",
+             f"- keys: {len(keys)}; steps: {len(steps)} ({steps[0]} .. {steps[-1]}, windows "
+             f"from {window_start(rows[0]).isoformat()} on)",
              f"- MaxSE (largest per-step noise standard deviation): {max_se:.3f}",
              f"- confidence level of the bands: {first['confidence']:.0%}"]
     if truth:
@@ -131,10 +193,16 @@ def summary(rows, paths, truth=None) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.report", description=__doc__)
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--out", default="report")
-    parser.add_argument("--truth-config")
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", required=True,
+                        help="one release: a run's public folder, a scheduled release's folder "
+                             "or a glob of records files")
+    parser.add_argument("--out", default="report",
+                        help="folder for the charts and summary.md (default: report)")
+    parser.add_argument("--truth-config",
+                        help="demo data only: the job's config, to draw the exact (NOT private) "
+                             "running totals next to the released ones")
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)

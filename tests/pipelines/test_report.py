@@ -27,9 +27,51 @@ def test_report_writes_a_png_per_key_and_a_summary(tmp_path):
     for chart in charts:
         assert open(chart, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(chart) > 5000
     text = open(tmp_path / "report" / "summary.md").read()
-    assert "MaxSE" in text and "true value inside the interval" in text and "epsilon = 1.0" in text
+    assert "MaxSE" in text and "true value inside the interval" in text and "epsilon = 1," in text
 
 
 def test_report_missing_input(capsys):
     assert report.main(["--input", "/nonexistent/records-*.parquet"]) == 2
-    assert capsys.readouterr().err.startswith("error: `input` must match")
+    assert capsys.readouterr().err.startswith("error: `input` must be a release folder")
+
+
+def _signups_run(tmp_path, name, formats=("jsonl", "parquet")):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
+    config["output"] = {"path": str(tmp_path / name), "formats": list(formats)}
+    config["steps"]["horizon"] = 6
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 0
+    return tmp_path / name / "signups"
+
+
+def test_report_reads_a_run_folder_once_although_it_holds_two_formats(tmp_path):
+    folder = _signups_run(tmp_path, "a")
+    rows = report.read_records(str(folder))
+    assert len(rows) == 3 * 6 and len({(r["key"], r["step"]) for r in rows}) == 3 * 6
+    assert report.records_files(str(folder))[0].endswith(".parquet")
+    assert report.read_records(str(folder / "records-*")) == rows  # a glob over both formats
+
+
+def test_report_refuses_a_mix_of_releases_in_one_line(tmp_path, capsys):
+    first, second = _signups_run(tmp_path, "a", ("jsonl",)), _signups_run(tmp_path, "b",
+                                                                          ("jsonl",))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for index, folder in enumerate((first, second)):
+        for path in glob.glob(str(folder / "records-*.jsonl")):
+            os.link(path, mixed / f"records-{index}.jsonl")
+    assert report.main(["--input", str(mixed), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must hold the records of one release; got 2 releases" in err
+
+
+def test_report_refuses_two_different_records_for_one_key_and_step():
+    row = {"release_id": "r", "key": "a", "step": 0, "value": 1.0}
+    assert report.one_release([row, dict(row)]) == [row]   # identical copies merge
+    try:
+        report.one_release([row, dict(row, value=2.0)])
+    except ValueError as error:
+        assert "two different records for key 'a', step 0" in str(error)
+    else:
+        raise AssertionError("conflicting records were accepted")

@@ -1,0 +1,1 @@
+"""The bundled job configs (YAML), installed with the package: `--config demo:<name>`."""
