@@ -27,12 +27,15 @@ def error_table(horizon: int, privacy: dict, seed: int) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.demo", description=__doc__)
-    parser.add_argument("--horizon", type=int, default=1000)
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--horizon", type=int, default=1000,
+                        help="T, the number of steps (default 1000)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--epsilon", type=float)
-    group.add_argument("--rho", type=float)
-    parser.add_argument("--seed", type=int, default=2026)
+    group.add_argument("--epsilon", type=float, help="pure DP budget (default 1.0)")
+    group.add_argument("--rho", type=float, help="zCDP budget (instead of --epsilon)")
+    parser.add_argument("--seed", type=int, default=2026,
+                        help="seed of the demo release's noise (not private; default 2026)")
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)

@@ -102,6 +102,37 @@ def write_records(records, job: job_config.JobConfig, prefix: str) -> None:
         records | f"Write {fmt}" >> SINKS[fmt](prefix)
 
 
+def released_stddevs(folder: str) -> list:
+    """The `stddev` of every record written under `folder` (public: data-independent), read
+    from one format (the others hold the same records)."""
+    import pyarrow.parquet as pq
+    for fmt in ("parquet", "jsonl", "csv"):
+        paths = sorted(m.path for m in FileSystems.match(
+            [os.path.join(folder, f"records-*.{fmt}")])[0].metadata_list)
+        if not paths:
+            continue
+        values = []
+        for path in paths:
+            with FileSystems.open(path) as handle:
+                data = handle.read()
+            if fmt == "parquet":
+                values += pq.read_table(pa_buffer(data), columns=["stddev"]).column(
+                    "stddev").to_pylist()
+            elif fmt == "jsonl":
+                values += [json.loads(line)["stddev"] for line in data.decode().splitlines()
+                           if line.strip()]
+            else:
+                values += [float(row["stddev"]) for row in
+                           csv.DictReader(data.decode().splitlines())]
+        return values
+    return []
+
+
+def pa_buffer(data: bytes):
+    import pyarrow as pa
+    return pa.BufferReader(data)
+
+
 def write_dead_letters(dead_letters, prefix: str) -> None:
     """Operator-only (NOT private: raw input records)."""
     (dead_letters | "AllDeadLetters" >> beam.Flatten()

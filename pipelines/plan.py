@@ -2,11 +2,16 @@
 privacy budget and contribution bounds, and the recommendation.
 
     python3 -m pipelines.plan --horizon T (--epsilon E | --rho R | --epsilon E --delta d)
-        [--max-contributions k] [--interval-bound D] [--metric max|mean] [--json]
+        [--max-contributions k] [--interval-bound D] [--metric max|mean] [--top N] [--json]
+
+Rows whose only difference is an option with no effect at this horizon (e.g. `sparsify` when
+no node is unused) are shown once, with that option marked `either`; an option that changes
+the error keeps only its better value.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -51,18 +56,57 @@ def _positive_float(name, below_one=False):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python3 -m pipelines.plan", description=__doc__.splitlines()[0])
-    p.add_argument("--horizon", type=_positive_int("horizon"), required=True)
-    p.add_argument("--epsilon", type=_positive_float("epsilon"))
-    p.add_argument("--rho", type=_positive_float("rho"))
-    p.add_argument("--delta", type=_positive_float("delta", below_one=True))
-    p.add_argument("--max-contributions", type=_positive_int("max-contributions"), default=1)
-    p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=1)
-    p.add_argument("--metric", choices=METRICS, default="max")
+    p = _Parser(prog="python3 -m pipelines.plan", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--horizon", type=_positive_int("horizon"), required=True,
+                   help="T, the number of steps the release covers")
+    p.add_argument("--epsilon", type=_positive_float("epsilon"),
+                   help="pure DP budget of the whole release (or with --delta: approximate DP)")
+    p.add_argument("--rho", type=_positive_float("rho"), help="zCDP budget of the whole release")
+    p.add_argument("--delta", type=_positive_float("delta", below_one=True),
+                   help="with --epsilon: (epsilon, delta)-DP through the Gaussian mechanism")
+    p.add_argument("--max-contributions", type=_positive_int("max-contributions"), default=1,
+                   help="k: the l1 mass one unit adds to a key's difference stream (default 1)")
+    p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=1,
+                   help="D: the bound on any interval sum of that change (default 1)")
+    p.add_argument("--metric", choices=METRICS, default="max",
+                   help="sort and recommend by the largest (max, default) or the mean per-step "
+                        "standard error")
     p.add_argument("--noise", choices=("discrete", "float"), default="discrete",
-                   help="discrete (default, secure) or float (adds sqrt_toeplitz)")
-    p.add_argument("--json", action="store_true")
+                   help="discrete (default, secure) or float (opt-in; adds sqrt_toeplitz under "
+                        "pure DP)")
+    p.add_argument("--top", type=_positive_int("top"),
+                   help="print only the N best rows (default: all)")
+    p.add_argument("--json", action="store_true",
+                   help='print {"rows": [...], "recommended": {...}} instead of a table')
     return p
+
+
+NO_EFFECT = "either"
+
+
+def distinct_rows(rows, key: str):
+    """One row per mechanism and parameters that matter: rows equal in error and sensitivity
+    that differ only in an option are merged (the option shown as `either`); otherwise the
+    better value of the option is kept. Sorted by `key`."""
+    best = {}
+    for row in sorted(rows, key=lambda r: (getattr(r, key), r.max_se, r.mean_se)):
+        core = tuple(sorted((k, v) for k, v in row.params.items()
+                            if k not in ("sparsify", "prune")))
+        group = (row.mechanism, core)
+        if group not in best:
+            best[group] = row
+            continue
+        kept = best[group]
+        same = (kept.max_se, kept.mean_se, kept.sensitivity) == (
+            row.max_se, row.mean_se, row.sensitivity)
+        if same:
+            params = dict(kept.params)
+            for option in ("sparsify", "prune"):
+                if option in params and params[option] != row.params.get(option):
+                    params[option] = NO_EFFECT
+            best[group] = dataclasses.replace(kept, params=params)
+    return list(best.values())
 
 
 def privacy_from(args) -> dict:
@@ -94,7 +138,7 @@ def main(argv=None) -> int:
         print(f"error: {message if message.endswith('.') else message + '.'}", file=sys.stderr)
         return 2
     key = "max_se" if args.metric == "max" else "mean_se"
-    rows = sorted(rows, key=lambda r: getattr(r, key))
+    rows = distinct_rows(rows, key)[:args.top]
     if args.json:
         print(json.dumps({"horizon": args.horizon, "privacy": privacy,
                           "max_contributions": args.max_contributions,

@@ -122,6 +122,8 @@ def main(argv=None) -> int:
                         help="the job's YAML config (see the README's config reference)")
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's own logs (quiet by default)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the run summary as one JSON object on stdout")
     args, beam_args = parser.parse_known_args(argv)
     logs.configure(args.verbose)
     runner = runner_of(beam_args)
@@ -155,26 +157,65 @@ def main(argv=None) -> int:
     operator = operator_summary(result, staging.operator)
     with FileSystems.create(os.path.join(staging.operator, "summary.json")) as handle:
         handle.write(json.dumps(operator, indent=2, sort_keys=True).encode("utf-8"))
+    public = public_summary(transform, job, staging.public)
     staging.commit()  # the public and operator folders are replaced as whole sets
-    folder = job.public_path
-    info = transform.display_data()
-    print(f"job {job.job}: {job.transform} with {info['mechanism']} "
-          f"{info['mechanism_params']}, horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
-          f"{len(job.public_keys)} public key(s), privacy {job.privacy.budget}, "
-          f"noise {info['noise']}")
-    if transform.private:
-        print(f"release {transform.release_id}: a new release with fresh noise; it spent "
-              f"{job.privacy.budget} on this data (again, if this data was released before)")
-    else:
+    summary = {"job": job.job, "public": public, "operator_not_private": operator}
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    print(describe_run(job, transform, public, operator))
+    if not transform.private:
         print(f"release {transform.release_id}: INSECURE demo release (fixed seed): records "
               f"are marked private: false", file=sys.stderr)
-    print(f"records:      {os.path.join(folder, 'records')}-*."
-          f"{{{','.join(job.output.formats)}}}")
-    print(f"manifest:     {os.path.join(folder, 'release.json')}")
-    print(f"operator-only (not private): {os.path.join(job.operator_path, 'dead_letters')}"
-          f"-*.jsonl")
-    print(f"operator-only (NOT private, exact counts of the data): {describe(operator)}")
     return 0
+
+
+def plan_command(descriptor: dict) -> str:
+    """The `pipelines.plan` command that shows the table `auto` chose from."""
+    budget = " ".join(f"--{k} {v:g}" for k, v in sorted(descriptor["key_budget"].items()))
+    declaration = descriptor["declaration"]
+    return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
+            f"--max-contributions {declaration['max_contributions']} "
+            f"--interval-bound {declaration['interval_bound']}"
+            + (" --noise float" if descriptor["noise"] in ("laplace", "gaussian") else ""))
+
+
+def public_summary(transform, job: job_config.JobConfig, public_folder: str) -> dict:
+    """What the run released; everything here is public (data-independent or DP)."""
+    descriptor = transform.descriptor
+    chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
+              + plan_command(descriptor)) if job.mechanism.name == "auto" else "configured"
+    stddevs = io.released_stddevs(public_folder)
+    records, max_se = len(stddevs), max(stddevs, default=0.0)
+    return {"release_id": transform.release_id, "private": transform.private,
+            "transform": job.transform, "mechanism": descriptor["mechanism"],
+            "mechanism_params": descriptor["params"], "why": chosen,
+            "noise": descriptor["noise"], "budget_spent": descriptor["budget"],
+            "key_budget": descriptor["key_budget"], "max_se": max_se,
+            "records": records, "public_keys": len(job.public_keys),
+            "steps": job.steps.horizon,
+            "records_path": os.path.join(job.public_path, "records") + "-*."
+                            + "{" + ",".join(job.output.formats) + "}",
+            "manifest": os.path.join(job.public_path, "release.json")}
+
+
+def describe_run(job, transform, public: dict, operator: dict) -> str:
+    lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
+             f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
+             f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
+             f"{public['public_keys']} public key(s), noise {public['noise']}, "
+             f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation)"]
+    if transform.private:
+        lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
+                     f"{public['budget_spent']} on this data (again, if this data was released "
+                     f"before)")
+    lines += [f"records:      {public['records_path']} ({public['records']} records: every "
+              f"public key at every step)",
+              f"manifest:     {public['manifest']}",
+              f"operator-only (not private): "
+              f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
+              f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
+    return "\n".join(lines)
 
 
 def operator_summary(result, operator_folder: str) -> dict:

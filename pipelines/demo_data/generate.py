@@ -1,6 +1,6 @@
-"""Generate the bundled demo event files (fixed seed; run from the repository root):
+"""Generate the demo event files (fixed seed: the bundled files are its default output).
 
-    python3 -m pipelines.demo_data.generate
+    python3 -m pipelines.demo_data.generate [--out FOLDER] [--seed S] [--check]
 
 - active_users.jsonl: page views {"ts", "user", "region", "seconds"} over 48 hours,
   2,000 users, 6 regions;
@@ -11,9 +11,11 @@ Timestamps are ISO-8601 UTC, starting 2026-01-05T00:00:00Z.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -84,16 +86,56 @@ def signups(rng):
     return rows
 
 
-def main():
-    rng = np.random.default_rng(20260105)
-    for name, rows in (("active_users", active_users(rng)), ("carts", carts(rng)),
-                       ("graph", graph(rng)), ("signups", signups(rng))):
-        rows.sort(key=lambda r: r["ts"])
-        with open(os.path.join(HERE, f"{name}.jsonl"), "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
-        print(f"{name}.jsonl: {len(rows)} events")
+GENERATORS = {"active_users": active_users, "carts": carts, "graph": graph,
+              "signups": signups}
+SEED = 20260105
+
+
+def generate(seed: int = SEED) -> dict:
+    """name -> the JSON lines text of that demo file (sorted by time)."""
+    rng = np.random.default_rng(seed)
+    files = {}
+    for name, make in GENERATORS.items():  # one generator, in this order: files are stable
+        rows = sorted(make(rng), key=lambda r: r["ts"])
+        files[name] = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    return files
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.demo_data.generate",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=HERE,
+                        help="folder to write the .jsonl files into (default: the bundled "
+                             "demo_data folder of the package)")
+    parser.add_argument("--seed", type=int, default=SEED,
+                        help=f"random seed (default {SEED}: the bundled files)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if the files in --out differ from what "
+                             "the seed generates")
+    args = parser.parse_args(argv)
+    files = generate(args.seed)
+    stale = []
+    for name, text in files.items():
+        path = os.path.join(args.out, f"{name}.jsonl")
+        if args.check:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    same = handle.read() == text
+            except FileNotFoundError:
+                same = False
+            if not same:
+                stale.append(path)
+            continue
+        os.makedirs(args.out, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"{path}: {text.count(chr(10))} events")
+    if args.check:
+        print("up to date" if not stale else "differ from the generator: " + ", ".join(stale))
+        return 1 if stale else 0
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

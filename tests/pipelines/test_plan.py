@@ -67,3 +67,31 @@ def test_module_entry_point_exit_code():
     result = subprocess.run([sys.executable, "-m", "pipelines.plan", "--horizon", "5"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_rows_are_distinct_and_merge_only_options_without_effect(capsys):
+    from transforms.mechanisms.choose import choose
+    _, rows = choose(1000, {"epsilon": 1.0}, 4, 1)
+    shown = plan.distinct_rows(rows, "max_se")
+    cores = [(r.mechanism, tuple(sorted((k, v) for k, v in r.params.items()
+                                        if k not in ("sparsify", "prune")))) for r in shown]
+    assert len(cores) == len(set(cores)) and len(shown) < len(rows)
+    for row in shown:
+        core = {k: v for k, v in row.params.items() if k not in ("sparsify", "prune")}
+        group = [r for r in rows if r.mechanism == row.mechanism and
+                 {k: v for k, v in r.params.items() if k not in ("sparsify", "prune")} == core]
+        assert row.max_se == min(r.max_se for r in group)      # the better option is kept
+        if row.params.get("sparsify") == plan.NO_EFFECT:      # merged: truly equal rows
+            assert len({(r.max_se, r.mean_se, r.sensitivity) for r in group}) == 1
+    assert any(r.params.get("sparsify") == plan.NO_EFFECT for r in shown)
+    assert any(r.params.get("sparsify") is True for r in shown)  # some option does matter
+
+
+def test_top_prints_only_the_best_rows(capsys):
+    code, out, _ = run(capsys, "--horizon", "1000", "--rho", "0.5", "--top", "3", "--json")
+    data = json.loads(out)
+    assert code == 0 and len(data["rows"]) == 3
+    assert data["rows"][0]["max_se"] == data["recommended"]["max_se"]
+    code, out, _ = run(capsys, "--horizon", "1000", "--rho", "0.5", "--top", "3")
+    table = out.split("state\n", 1)[1].split("\n\n")[0].strip().splitlines()
+    assert code == 0 and len(table) == 3
