@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import glob
 import json
 
@@ -42,9 +43,17 @@ def test_batch_parquet_jsonl_csv_round_trip(tmp_path):
     lines = [json.loads(line) for path in glob.glob(str(tmp_path / "out" / "records*.jsonl"))
              for line in open(path)]
     assert len(lines) == table.num_rows
-    by_key_step = {(r["key"], r["step"]): r["value"] for r in lines}
+    by_key_step = {(r["key"], r["step"]): r for r in lines}
     for row in table.to_pylist():
-        assert by_key_step[(row["key"], row["step"])] == row["value"]
+        line = by_key_step[(row["key"], row["step"])]
+        assert line["value"] == row["value"]
+        for name in ("window_start", "window_end"):  # typed in Parquet, ISO text in JSON
+            assert row[name].tzinfo is not None
+            assert row[name].timestamp() == STEPS.start(row["step"]) + (
+                STEPS.size if name == "window_end" else 0)
+            assert row[name] == datetime.datetime.fromisoformat(
+                line[name].replace("Z", "+00:00"))
+    assert str(table.schema.field("window_start").type) == "timestamp[us, tz=UTC]"
     rows = list(csv.DictReader(open(glob.glob(str(tmp_path / "out" / "records*.csv"))[0])))
     assert list(rows[0]) == COLUMNS and len(rows) == table.num_rows
 
@@ -61,3 +70,13 @@ def test_streaming_parquet_keeps_every_row(tmp_path):
     files = glob.glob(str(tmp_path / "s-*.parquet"))
     total = sum(pq.read_table(f).num_rows for f in files)
     assert total == len(KEYS) * STEPS.horizon
+
+
+def test_bigquery_schema_matches_the_parquet_schema():
+    from transforms.sinks import BIGQUERY_SCHEMA
+    fields = dict(item.split(":") for item in BIGQUERY_SCHEMA.split(","))
+    assert list(fields) == COLUMNS
+    expected = {"timestamp[us, tz=UTC]": "TIMESTAMP", "int64": "INTEGER", "double": "FLOAT",
+                "bool": "BOOLEAN", "string": "STRING"}
+    for field in RECORD_SCHEMA:
+        assert fields[field.name] == expected[str(field.type)]

@@ -10,6 +10,7 @@ write_disposition=beam.io.BigQueryDisposition.WRITE_APPEND)`; not testable offli
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import uuid
@@ -18,18 +19,31 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 RECORD_FIELDS = [
-    ("key", pa.string()), ("step", pa.int64()), ("window_start", pa.string()),
-    ("window_end", pa.string()), ("value", pa.float64()), ("stddev", pa.float64()),
+    ("key", pa.string()), ("step", pa.int64()), ("window_start", TIMESTAMP),
+    ("window_end", TIMESTAMP), ("value", pa.float64()), ("stddev", pa.float64()),
     ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("confidence", pa.float64()),
     ("mechanism", pa.string()), ("mechanism_params", pa.string()), ("epsilon", pa.float64()),
     ("delta", pa.float64()), ("rho", pa.float64()), ("release_id", pa.string()),
     ("private", pa.bool_()), ("noise", pa.string())]
 RECORD_SCHEMA = pa.schema(RECORD_FIELDS)
 COLUMNS = [name for name, _ in RECORD_FIELDS]
-BIGQUERY_SCHEMA = ",".join(
-    f"{name}:{'INTEGER' if t == pa.int64() else 'FLOAT' if t == pa.float64() else 'BOOLEAN' if t == pa.bool_() else 'STRING'}"
-    for name, t in RECORD_FIELDS)
+TIME_FIELDS = tuple(name for name, kind in RECORD_FIELDS if kind == TIMESTAMP)
+BIGQUERY_TYPES = {pa.int64(): "INTEGER", pa.float64(): "FLOAT", pa.bool_(): "BOOLEAN",
+                  pa.string(): "STRING", TIMESTAMP: "TIMESTAMP"}
+BIGQUERY_SCHEMA = ",".join(f"{name}:{BIGQUERY_TYPES[kind]}" for name, kind in RECORD_FIELDS)
+
+
+def typed_times(record: dict) -> dict:
+    """The record with its window bounds as UTC datetimes (Parquet's timestamp[us, UTC]);
+    JSON lines and CSV keep the ISO-8601 text the records carry."""
+    out = dict(record)
+    for name in TIME_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str):
+            out[name] = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return out
 
 
 class _PerBundleWriter(beam.DoFn):
@@ -59,7 +73,8 @@ class _ParquetPerBundle(_PerBundleWriter):
     def encode(self, rows):
         import pyarrow.parquet as pq
         sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), sink)
+        pq.write_table(pa.Table.from_pylist([typed_times(r) for r in rows],
+                                            schema=RECORD_SCHEMA), sink)
         return sink.getvalue().to_pybytes()
 
 
@@ -107,8 +122,10 @@ class WriteRecordsToParquet(_WriteRecords):
     suffix, per_bundle = ".parquet", _ParquetPerBundle
 
     def bounded(self, records):
-        return records | "WriteParquet" >> beam.io.WriteToParquet(
-            self.prefix, RECORD_SCHEMA, file_name_suffix=self.suffix, num_shards=self.num_shards)
+        return (records | "TypedTimes" >> beam.Map(typed_times)
+                | "WriteParquet" >> beam.io.WriteToParquet(
+                    self.prefix, RECORD_SCHEMA, file_name_suffix=self.suffix,
+                    num_shards=self.num_shards))
 
 
 class WriteRecordsToJsonLines(_WriteRecords):
