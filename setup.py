@@ -9,8 +9,9 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["transforms", "transforms.*",
-                                               "pipelines", "pipelines.*"]),
-    package_data={"pipelines": ["demo_data/*.jsonl", "demo_data/*.txt"]},
+                                               "pipelines", "pipelines.*", "configs"]),
+    package_data={"pipelines": ["demo_data/*.jsonl", "demo_data/*.txt"],
+                  "configs": ["*.yaml"]},
     include_package_data=True,
     install_requires=[
         "apache-beam>=2.60,<3",
@@ -22,5 +23,7 @@ setuptools.setup(
         "test": ["pytest>=7", "pytest-xdist>=3", "scipy>=1.10", "dp-accounting>=0.4", "wheel",
                  "matplotlib>=3.5"],
         "report": ["matplotlib>=3.5"],
+        # Dataflow: GCP I/O for the runner and secrets from Google Secret Manager
+        "gcp": ["apache-beam[gcp]>=2.60,<3", "google-cloud-secret-manager>=2.16,<3"],
     },
 )

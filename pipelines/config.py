@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from transforms import registry
-from transforms.secret import SecretRef
+from transforms.secret import SecretRef, check_gcp_secret
 from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
 from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
@@ -35,6 +35,7 @@ TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output")
 DEMO_PREFIX = "demo:"
 DEMO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_data")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 def _section(raw, name, allowed, required=()):
@@ -136,21 +137,25 @@ class MechanismSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SecretSpec:
-    """Where the noise secret comes from: env, path, a seed (with insecure), the scheduler's
-    stored secret, or nothing (a fresh secret per local run)."""
+    """Where the noise secret comes from: env, path, a Google Secret Manager version
+    (gcp_secret), a seed (with insecure), the scheduler's stored secret, or nothing (a fresh
+    secret per local run)."""
     env: Optional[str] = None
     path: Optional[str] = None
     seed: Optional[int] = None
     stored: bool = False
     insecure: bool = False            # a public seed: records are marked private: false
+    gcp_secret: Optional[str] = None  # projects/P/secrets/S/versions/V, read on the worker
 
     @property
     def configured(self) -> bool:
-        return self.env is not None or self.path is not None or self.seed is not None
+        return (self.env is not None or self.path is not None or self.seed is not None
+                or self.gcp_secret is not None)
 
     def ref(self) -> SecretRef:
-        """The configured secret (env, path or seed)."""
-        return SecretRef(env=self.env, path=self.path, seed=self.seed)
+        """The configured secret (env, path, gcp_secret or seed)."""
+        return SecretRef(env=self.env, path=self.path, seed=self.seed,
+                         gcp_secret=self.gcp_secret)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,17 +206,48 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load(path: str) -> JobConfig:
+def config_path(name: str) -> str:
+    """`demo:<job>` names a bundled config (installed with the package); anything else is a
+    local path or a Beam filesystem path (gs://...)."""
+    if name.startswith(DEMO_PREFIX):
+        job = name[len(DEMO_PREFIX):]
+        path = os.path.join(CONFIG_DIR, job + ".yaml")
+        if not job or os.path.basename(job) != job or not os.path.isfile(path):
+            fail("config", "a path or demo:<name> with a bundled name (one of "
+                           + ", ".join(bundled_configs()) + ")", name)
+        return path
+    return name
+
+
+def bundled_configs() -> List[str]:
+    return sorted(n[:-5] for n in os.listdir(CONFIG_DIR) if n.endswith(".yaml"))
+
+
+def _read_text(path: str) -> str:
+    if "://" in path:   # gs:// and other Beam filesystems (e.g. a Flex Template parameter)
+        from apache_beam.io.filesystems import FileSystems
+        try:
+            with FileSystems.open(path) as handle:
+                return handle.read().decode("utf-8")
+        except (OSError, IOError) as error:
+            fail("config", "an existing YAML file", f"{path} ({type(error).__name__})")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def load(name: str) -> JobConfig:
+    """Load and validate a config: a path, a gs:// path or `demo:<job>` (bundled)."""
+    path = config_path(name)
     try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        raw = yaml.load(_read_text(path), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        fail("config", "an existing YAML file", path)
+        fail("config", "an existing YAML file", name)
     except UnicodeDecodeError:
-        fail("config", "a UTF-8 text file", path)
+        fail("config", "a UTF-8 text file", name)
     except yaml.YAMLError as error:
         fail("config", "valid YAML", str(error).splitlines()[0])
-    return validate(raw, base_dir=os.path.dirname(os.path.abspath(path)))
+    base_dir = path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
+    return validate(raw, base_dir=base_dir)
 
 
 def validate(raw, base_dir: str = ".") -> JobConfig:
@@ -329,13 +365,15 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("confidence", "a number in (0, 1)", confidence)
 
     secret = dict(_section(raw.get("secret") or {}, "secret",
-                           ("env", "path", "seed", "stored", "insecure")))
+                           ("env", "path", "seed", "stored", "insecure", "gcp_secret")))
     insecure = secret.pop("insecure", False)
     if insecure not in (True, False):
         fail("secret.insecure", "true or false", insecure)
     if len(secret) > 1:
-        fail("secret", "at most one of env, path, seed or stored (none: a fresh secret for "
-                       "this run)", secret)
+        fail("secret", "at most one of env, path, seed or stored or gcp_secret (none: a fresh "
+                       "secret for this run)", secret)
+    if "gcp_secret" in secret:
+        check_gcp_secret("secret.gcp_secret", secret["gcp_secret"])
     if "seed" in secret and not insecure:
         fail("secret", "a secret from env, path or stored (a fixed `seed` is public: anyone "
                        "who knows it can subtract the noise; add `insecure: true` for demos "
@@ -369,12 +407,12 @@ def _public_keys(raw, base_dir):
         fail("public_keys", "given, either as a list or as public_keys_file (not both)",
              keys if keys is not None else path)
     if path is not None:
-        full = resolve_path(path) if path.startswith(DEMO_PREFIX) else os.path.join(base_dir,
-                                                                                   path)
-        if not os.path.exists(full):
-            fail("public_keys_file", "an existing file with one key per line", path)
-        with open(full, encoding="utf-8") as handle:
-            keys = [line.strip() for line in handle if line.strip()]
+        full = resolve_path(path) if path.startswith(DEMO_PREFIX) or "://" in path else (
+            os.path.join(base_dir, path) if "://" not in base_dir else f"{base_dir}/{path}")
+        try:
+            keys = [line.strip() for line in _read_text(full).splitlines() if line.strip()]
+        except (OSError, ValueError, UnicodeDecodeError):
+            fail("public_keys_file", "an existing UTF-8 file with one key per line", path)
     if not isinstance(keys, list) or not keys or any(
             isinstance(k, bool) or not isinstance(k, (str, int)) for k in keys):
         fail("public_keys", "a non-empty list of strings or integers", keys)

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from pipelines import demo, plan, reference, report, run, schedule
+from pipelines import caps, demo, plan, reference, report, run, schedule
 from pipelines.demo_data import generate
 
-CLIS = {"run": run.main, "schedule": schedule.main, "plan": plan.main, "report": report.main,
+CLIS = {"caps": caps.main, "run": run.main, "schedule": schedule.main, "plan": plan.main, "report": report.main,
         "demo": demo.main, "reference": reference.main, "generate": generate.main}
 
 
@@ -49,7 +49,7 @@ def test_the_check_finds_an_undocumented_option():
         "--a-rather-long-undocumented-option VALUE", "--bare"]
 
 
-@pytest.mark.parametrize("name", ["run", "schedule", "plan", "report", "generate"])
+@pytest.mark.parametrize("name", ["run", "schedule", "plan", "report", "generate", "caps"])
 def test_descriptions_keep_their_line_breaks(name, capsys):
     """The usage block of each module docstring is printed as written (not reflowed)."""
     text = help_text(CLIS[name], capsys)

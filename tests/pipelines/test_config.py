@@ -119,3 +119,18 @@ def test_every_bundled_config_is_valid():
     transforms = {load(path).transform for path in configs}
     assert transforms == {"count", "sum", "count_distinct", "degree_count", "triangle_count",
                           "release"}
+
+
+def test_bundled_configs_load_by_name_and_equal_their_files():
+    from pipelines.config import bundled_configs
+    names = bundled_configs()
+    assert len(names) >= 6
+    for name in names:
+        assert load(f"demo:{name}") == load(f"configs/{name}.yaml")
+
+
+@pytest.mark.parametrize("name", ["demo:", "demo:nope", "demo:../setup", "demo:configs/signups"])
+def test_unknown_bundled_config_names_are_one_error(name):
+    with pytest.raises(ConfigError, match=r"^`config` must be a path or demo:<name> with a "
+                                          r"bundled name \(one of active_users, "):
+        load(name)

@@ -83,6 +83,11 @@ def test_sdist_installs_and_runs_the_demo_job_like_a_dataflow_worker(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     table = pq.read_table(glob.glob(str(tmp_path / "out" / "cart-items" / "records-*.parquet"))[0])
     assert table.num_rows == 4 * 48
+    # a bundled config by name, from the installed package (its output path is relative)
+    result = subprocess.run([python, "-m", "pipelines.run", "--config", "demo:active_users"],
+                            cwd=str(job.parent), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert glob.glob(str(job.parent / "output" / "active-users" / "records-*.parquet"))
 
 
 def _config(tmp_path, **changes):
@@ -157,3 +162,31 @@ def test_a_job_prints_no_warning_and_reports_truncation_to_the_operator(tmp_path
     assert summary["truncated"]["contribution_bound"] > 0  # the demo's caps do cut
     assert sum(summary["dead_letters"].values()) > 0       # events after the 12-step horizon
     assert not (tmp_path / "active-users" / "summary.json").exists()  # not in the public set
+
+
+def test_run_summary_json_is_public_and_names_why_the_mechanism_won(tmp_path, capsys):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 12
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    public, operator = summary["public"], summary["operator_not_private"]
+    rows = [json.loads(line) for f in glob.glob(str(tmp_path / "active-users" / "*.jsonl"))
+            for line in open(f)]
+    assert public["records"] == len(rows) == 6 * 12
+    assert public["max_se"] == max(r["stddev"] for r in rows)
+    assert {r["release_id"] for r in rows} == {public["release_id"]}
+    assert public["mechanism"] == rows[0]["mechanism"]
+    # the plan command it names recommends exactly the mechanism the run used
+    from pipelines import plan
+    command = public["why"].split("the table: ", 1)[1].split()
+    assert command[:3] == ["python3", "-m", "pipelines.plan"]
+    assert plan.main(command[3:] + ["--json"]) == 0
+    recommended = json.loads(capsys.readouterr().out)["recommended"]
+    assert (recommended["mechanism"], recommended["params"]) == (
+        public["mechanism"], public["mechanism_params"])
+    # the operator part: exact counts that add up (events in the horizon >= those cut)
+    assert operator["events_in_window"] >= sum(operator["truncated"].values()) > 0

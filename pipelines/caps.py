@@ -1,0 +1,190 @@
+"""Choose contribution caps: for each candidate value of a bound, how much of YOUR data the
+truncation would cut (bias) next to the noise it buys (MaxSE).
+
+    python3 -m pipelines.caps --config configs/active_users.yaml \
+        --vary max_contributions=2,4,6,8,12 [--vary max_contributions_per_step=1,2]
+        [--sample-units N] [--json]
+
+NOT PRIVATE: the "cut" columns are exact counts of the input (or of a sample of its units):
+an exploration for the operator on data they may look at, never to be published. A cap chosen
+by looking at the data is itself data-dependent; use a past period's data, or a public sample,
+to choose the caps of a release. The MaxSE column is the release's noise for that cap
+(data-independent; what `pipelines.plan` computes for the same budget and bounds).
+
+Every candidate runs the job's own truncation machine (`transforms.streams.units`) on every
+sampled unit, so the counts are what the job would cut, by bound.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import pickle
+import sys
+import tempfile
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import config as job_config
+from pipelines import io, logs
+from pipelines import run as job_run
+from transforms.release import NoNoise
+from transforms.stages import AssignSteps, sorted_payloads
+from transforms.streams.units import advance_unit, steps_to_run
+from transforms.validation import fail
+
+MAX_CANDIDATES = 64
+
+
+def parse_vary(given, job: job_config.JobConfig) -> dict:
+    """["max_contributions=2,4", ...] -> {bound: [values]} for the job's integer bounds."""
+    varied = {}
+    for item in given or []:
+        name, _, values = item.partition("=")
+        bounds = job_config.BOUNDS[job.transform]
+        if name not in bounds or name in ("semantics",):
+            fail("vary", "NAME=V1,V2,... with NAME one of the transform's bounds ("
+                 + ", ".join(b for b in bounds if b != "semantics") + ")", item)
+        try:
+            parsed = [None if v.strip() == "none" else int(v) for v in values.split(",")]
+        except ValueError:
+            parsed = None
+        if not parsed or any(v is not None and v < 1 for v in parsed):
+            fail(f"vary {name}", "a comma-separated list of integers >= 1 (or none)", values)
+        varied[name] = parsed
+    if not varied:
+        fail("vary", "given at least once (e.g. --vary max_contributions=2,4,8)", None)
+    return varied
+
+
+def candidates(job: job_config.JobConfig, varied: dict):
+    names = sorted(varied)
+    combos = list(itertools.product(*(varied[n] for n in names)))
+    if len(combos) > MAX_CANDIDATES:
+        fail("vary", f"at most {MAX_CANDIDATES} combinations", len(combos))
+    for combo in combos:
+        yield dict(job.bounds, **dict(zip(names, combo)))
+
+
+def unit_histories(job: job_config.JobConfig, transform, sample_units: int) -> list:
+    """[(unit, {step: payloads})] of the input (at most `sample_units` units, the ones with the
+    smallest keyed hash: a uniform sample that does not depend on bundle order)."""
+    folder = tempfile.mkdtemp(prefix="caps-")
+    out = os.path.join(folder, "units.pickle")
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+        elements, _ = io.read_elements(pipeline, job)
+        events = (elements | "Steps" >> AssignSteps(transform.problem, transform.steps)).main
+        # (unit, Event) for the horizon's steps
+        histories = (events | "ByUnit" >> beam.GroupByKey()
+                     | "PerStep" >> beam.MapTuple(lambda unit, evs: (unit, sorted_payloads(evs))))
+        # (unit, {step: payloads in the job's order})
+        (histories
+         | "Sample" >> beam.combiners.Top.Of(sample_units, key=lambda kv: _rank(kv[0]),
+                                             reverse=True)
+         | "Save" >> beam.Map(_save, out))
+    try:
+        with open(out, "rb") as handle:
+            return pickle.load(handle)  # written by this process's own pipeline just now
+    except FileNotFoundError:
+        return []
+    finally:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)  # exact data: never left behind
+
+
+def _rank(unit) -> bytes:
+    return hashlib.sha256(repr(unit).encode("utf-8")).digest()
+
+
+def _save(histories, path):
+    with open(path, "wb") as handle:
+        pickle.dump(sorted(histories, key=lambda kv: _rank(kv[0])), handle)
+
+
+def cut_by(problem, histories) -> dict:
+    """Events and, by bound, events the problem's machine drops over the histories."""
+    events, dropped = 0, collections.Counter()
+    for unit, by_step in histories:
+        events += sum(len(p) for p in by_step.values())
+        run = advance_unit(problem, unit, problem.init_state(), by_step,
+                           steps_to_run(problem, by_step, 0, max(by_step, default=-1) + 1))
+        dropped.update(run.dropped)
+    return {"events": events, "cut": dict(dropped)}
+
+
+def max_se(transform) -> float:
+    """The release's largest per-step standard deviation for these bounds (data-free)."""
+    return float(max(transform.config.build().noise_std())) * transform.value_scale
+
+
+def explore(job: job_config.JobConfig, varied: dict, sample_units: int) -> list:
+    job = job.replace(secret=job_config.SecretSpec(insecure=True))
+    base = job_run.build_transform(job, noise_source=NoNoise())
+    histories = unit_histories(job, base, sample_units)
+    rows = []
+    for bounds in candidates(job, varied):
+        transform = job_run.build_transform(dataclasses.replace(job, bounds=bounds),
+                                            noise_source=NoNoise())
+        counts = cut_by(transform.problem, histories)
+        rows.append({"bounds": {n: bounds[n] for n in sorted(varied)},
+                     "mechanism": transform.config.mechanism,
+                     "max_se": max_se(transform), "units_sampled": len(histories),
+                     "events_not_private": counts["events"],
+                     "cut_not_private": counts["cut"]})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.caps", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="the job's YAML config (or demo:<job>)")
+    parser.add_argument("--vary", action="append", metavar="BOUND=V1,V2,...",
+                        help="a bound of the transform and the values to try (repeatable: "
+                             "every combination is tried)")
+    parser.add_argument("--sample-units", type=int, default=100_000,
+                        help="look at most at this many units (a uniform sample by keyed "
+                             "hash; default 100000)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's own logs (quiet by default)")
+    args = parser.parse_args(argv)
+    logs.configure(args.verbose)
+    try:
+        job = job_config.load(args.config)
+        if job.transform not in ("count", "sum", "count_distinct", "degree_count"):
+            fail("transform", "one with contribution caps (count, sum, count_distinct, "
+                              "degree_count)", job.transform)
+        if args.sample_units < 1:
+            fail("sample-units", "an integer >= 1", args.sample_units)
+        varied = parse_vary(args.vary, job)
+        io.preflight(job.replace(secret=job_config.SecretSpec(insecure=True)), True)
+        rows = explore(job, varied, args.sample_units)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"job": job.job, "not_private": True, "rows": rows}, indent=2))
+        return 0
+    print(f"job {job.job}: truncation (exact counts of the data: NOT PRIVATE, for the operator "
+          f"only) against noise (MaxSE), {rows[0]['units_sampled']} units, "
+          f"{rows[0]['events_not_private']} events in the horizon\n")
+    labels = [", ".join(f"{k}={v}" for k, v in row["bounds"].items()) for row in rows]
+    width = max(len(label) for label in labels) + 2
+    print(f"{'bounds':<{width}}{'cut (NOT private)':>18}{'MaxSE':>10}  by bound")
+    for bounds, row in zip(labels, rows):
+        cut = sum(row["cut_not_private"].values())
+        share = 100.0 * cut / max(row["events_not_private"], 1)
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(row["cut_not_private"].items()))
+        print(f"{bounds:<{width}}{f'{cut} ({share:.1f} %)':>18}{row['max_se']:>10.2f}  {reasons}")
+    print("\nLarger caps cut less (less bias) and cost more noise; a cap chosen on this data "
+          "is data-dependent: choose on past or public data.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""pipelines.caps: what each candidate cap would cut of the data (operator-only) against the
+noise it costs, computed with the job's own truncation machine."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from pipelines import caps
+from pipelines import run as job_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_caps_agree_with_the_job_and_trade_cut_for_noise(tmp_path, capsys):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert caps.main(["--config", str(path), "--vary", "max_contributions=2,6,12",
+                      "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["not_private"] is True
+    rows = {row["bounds"]["max_contributions"]: row for row in data["rows"]}
+    cut = {k: sum(row["cut_not_private"].values()) for k, row in rows.items()}
+    assert cut[2] > cut[6] > cut[12] > 0                          # larger caps cut less
+    assert rows[2]["max_se"] < rows[6]["max_se"] < rows[12]["max_se"]  # and cost more noise
+    # the configured cap (6) cuts exactly what the job itself reports cutting
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert cut[6] == sum(run["operator_not_private"]["truncated"].values())
+    assert rows[6]["events_not_private"] == run["operator_not_private"]["events_in_window"]
+    assert rows[6]["max_se"] == pytest.approx(run["public"]["max_se"], rel=1e-12)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--vary", "nope=1,2"], "`vary` must be NAME=V1,V2,... with NAME one of the transform's"),
+    (["--vary", "max_contributions=0,2"], "`vary max_contributions` must be a comma-separated"),
+    (["--vary", "max_contributions=a"], "`vary max_contributions` must be a comma-separated"),
+    ([], "`vary` must be given at least once"),
+])
+def test_bad_arguments_are_one_line(args, message, capsys):
+    assert caps.main(["--config", "demo:active_users", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_transforms_without_caps_are_refused(capsys):
+    assert caps.main(["--config", "demo:signups", "--vary", "max_contributions=2"]) == 2
+    assert "`transform` must be one with contribution caps" in capsys.readouterr().err
