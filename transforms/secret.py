@@ -27,11 +27,11 @@ GCP_SECRET_SHAPE = ("a Secret Manager version name projects/<project>/secrets/<s
 GCP_EXTRA = "pip install 'dp-continual-release[gcp]'"
 
 
-def check_gcp_secret(name: str, value) -> str:
+def check_gcp_secret(name: str, resource) -> str:
     """A Secret Manager secret version's resource name, or one error naming `name`."""
-    if not isinstance(value, str) or not GCP_SECRET.fullmatch(value):
-        check.fail(name, GCP_SECRET_SHAPE, value)
-    return value
+    if not isinstance(resource, str) or not GCP_SECRET.fullmatch(resource):
+        check.fail(name, GCP_SECRET_SHAPE, resource)
+    return resource
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,9 +40,9 @@ def typed_times(record: dict) -> dict:
     JSON lines and CSV keep the ISO-8601 text the records carry."""
     out = dict(record)
     for name in TIME_FIELDS:
-        value = out.get(name)
-        if isinstance(value, str):
-            out[name] = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        iso = out.get(name)
+        if isinstance(iso, str):
+            out[name] = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     return out
 
 
