@@ -4,7 +4,8 @@
         [--truth-config configs/active_users.yaml]
 
 `--input` is one release: a run's public folder (`output.path/<job>/`), a scheduled release's
-folder (`output.path/<job>-scheduled/<release id>/`) or a glob of records files. Records of
+folder (`output.path/<job>-scheduled/<release id>/`), the scheduler's state directory (its
+committed checkpoints) or a glob of records files. Records of
 several releases, or two different values for one (key, step), are refused in one line.
 
 Writes one PNG per key (noisy running total over time with its confidence band; with
@@ -29,8 +30,13 @@ FORMATS = (".parquet", ".jsonl")   # one format is read when several are present
 
 
 def records_files(given: str) -> List[str]:
-    """The records files of `given` (a folder, or a glob): of one format, Parquet first, then
-    JSON lines (the same records are written in every configured format)."""
+    """The records files of `given` (a folder, a scheduler's state directory, or a glob): of
+    one format, Parquet first, then JSON lines (the same records are written in every
+    configured format). A state directory gives its committed checkpoints' records."""
+    if os.path.isdir(os.path.join(given, "commits")):
+        from pipelines.checkpoints import committed_checkpoints
+        return sorted(path for _, folder in committed_checkpoints(given)
+                      for path in glob.glob(os.path.join(folder, "records-*.jsonl")))
     pattern = os.path.join(given, "records-*") if os.path.isdir(given) else given
     names = [p for p in glob.glob(pattern) if not os.path.basename(p).startswith(".")]
     for suffix in FORMATS:

@@ -75,3 +75,19 @@ def test_report_refuses_two_different_records_for_one_key_and_step():
         assert "two different records for key 'a', step 0" in str(error)
     else:
         raise AssertionError("conflicting records were accepted")
+
+
+def test_report_reads_a_state_directory_as_one_release(tmp_path):
+    from pipelines import schedule
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 6
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    state = str(tmp_path / "state")
+    for now in ("2026-01-05T02:00:00Z", "2026-01-05T06:00:00Z"):
+        assert schedule.main(["--config", str(path), "--state-dir", state, "--now", now]) == 0
+    rows = report.read_records(state)
+    assert sorted({r["step"] for r in rows}) == list(range(6)) and len(rows) == 3 * 6
+    published = glob.glob(str(tmp_path / "out" / "signups-scheduled" / "*"))
+    assert len(published) == 1 and report.read_records(published[0]) == rows
