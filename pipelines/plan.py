@@ -91,8 +91,8 @@ def distinct_rows(rows, key: str):
     better value of the option is kept. Sorted by `key`."""
     best = {}
     for row in sorted(rows, key=lambda r: (getattr(r, key), r.max_se, r.mean_se)):
-        core = tuple(sorted((k, v) for k, v in row.params.items()
-                            if k not in ("sparsify", "prune")))
+        core = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                            for k, v in row.params.items() if k not in ("sparsify", "prune")))
         group = (row.mechanism, core)
         if group not in best:
             best[group] = row
@@ -151,10 +151,12 @@ def main(argv=None) -> int:
           f"of S_(D={args.interval_bound}, k={args.max_contributions}); sorted by {key}:\n")
     print(f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}  state")
     for r in rows:
-        params = ",".join(f"{k}={v}" for k, v in r.params.items() if k != "prune")
+        params = ",".join(f"{k}={v}" for k, v in r.params.items()
+                          if k != "prune" and not isinstance(v, list))  # (blt: its decays)
         print(f"{r.mechanism:<20}{params:<26}{r.max_se:>11.3f}{r.mean_se:>11.3f}"
               f"{r.sensitivity:>13.4f}  {r.state}")
-    print(f"\nRecommended ({args.metric} error): {best.mechanism} {best.params} "
+    shown = {k: v for k, v in best.params.items() if not isinstance(v, list)}
+    print(f"\nRecommended ({args.metric} error): {best.mechanism} {shown} "
           f"(MaxSE {best.max_se:.3f}, MeanSE {best.mean_se:.3f})")
     return 0
 

@@ -91,3 +91,16 @@ class TestBinaryTreeFloat(FloatContract):
 class TestInputPerturbationFloat(FloatContract):
     NAME = "input_perturbation"
     EXACT_LAPLACE_CI = False
+
+
+class TestBlt(MechanismContract):
+    """Buffered linear Toeplitz (float noise only): factors agree with A to rounding, and the
+    Laplace interval of its weighted sum is the conservative Chernoff bound."""
+    NAME, NOISE = "blt", "float"
+    HORIZONS = [1, 2, 3, 7, 100, 513]
+    EXACT_FACTORS = False
+    EXACT_LAPLACE_CI = False
+
+
+class TestBltMean(TestBlt):
+    PARAMS = {"buffers": 3, "metric": "mean"}

@@ -14,18 +14,21 @@ from transforms import validation as check
 from .base import ContinualMechanism, CounterState
 from .noise import (ConstantNoiseSource, KeyedNoiseSource, NoiseSource, make_noise_source)
 from .privacy import GAUSSIAN, LAPLACE, PrivacyBudget, epsilon_from_rho, rho_from_epsilon_delta
+from .blt import BufferedToeplitz
 from .toeplitz import InputPerturbation, NaiveComposition, SqrtToeplitz
 from .trees import BinaryTree, KarySubtraction, KaryTree, SmoothBinary
 
 MECHANISMS = {cls.name: cls for cls in (BinaryTree, KaryTree, KarySubtraction, SmoothBinary,
-                                         SqrtToeplitz, NaiveComposition, InputPerturbation)}
+                                         SqrtToeplitz, NaiveComposition, InputPerturbation,
+                                         BufferedToeplitz)}
 NAMES = tuple(MECHANISMS)
 
 # Parameters each mechanism accepts through make(**params), besides noise_source and stream.
 _TREE_OPTIONS = ("sparsify", "prune")
 PARAMS = {"binary_tree": _TREE_OPTIONS, "kary_tree": ("k",) + _TREE_OPTIONS,
           "kary_subtraction": ("k",) + _TREE_OPTIONS, "smooth_binary": _TREE_OPTIONS,
-          "sqrt_toeplitz": (), "naive_composition": (), "input_perturbation": ()}
+          "sqrt_toeplitz": (), "naive_composition": (), "input_perturbation": (),
+          "blt": ("buffers", "metric", "decay_gaps", "inverse_gaps")}
 
 # Defaults where the arity is not given: the argmin of the leading error constant for the
 # noise (seed 000 Cor. 12: k = 19 under pure DP; seed 004 Thm 9.15: b = 5 for MaxSE under zCDP).
@@ -42,7 +45,7 @@ def make(name: str, horizon: int, *, epsilon=None, rho=None, delta=None, max_con
     Noise: `secret` (bytes/str) or an explicit `seed`; neither draws a secret from the OS.
     `noise_source` replaces both (tests: ConstantNoiseSource). `noise`: "discrete" (default;
     integer node noise, integer releases) or "float" (opt-in, not safe against floating-point
-    attacks; the only choice for sqrt_toeplitz today).
+    attacks; the only choice for sqrt_toeplitz under pure DP and for blt).
     """
     check.one_of("name", name, NAMES)
     budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)

@@ -12,6 +12,7 @@ from .noise import ConstantNoiseSource
 METRICS = ("max", "mean")
 ODD_ARITIES = tuple(range(3, 42, 2))
 PLAIN_ARITIES = (2, 3, 4, 5, 6, 8)
+BLT_BUFFERS = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,9 @@ def candidate_specs(horizon: int, noise: str = "discrete", pure_dp: bool = False
     # the discrete square root is calibrated for zCDP and horizons up to 2^20
     if noise == "float" or (not pure_dp and horizon <= 1 << 20):
         specs += [("sqrt_toeplitz", {})]
+    # the BLT has float noise only: O(d) streaming memory at near square-root error
+    if noise == "float":
+        specs += [("blt", {"buffers": BLT_BUFFERS, "metric": m}) for m in METRICS]
     specs += [("naive_composition", {}), ("input_perturbation", {})]
     return specs
 
@@ -45,6 +49,8 @@ def candidate_specs(horizon: int, noise: str = "discrete", pure_dp: bool = False
 def _state_description(name: str, noise: str = "float") -> str:
     if name == "sqrt_toeplitz" and noise == "discrete":
         return "O(T): 16 B per step (x and round(R x / g) history)"
+    if name == "blt":
+        return "17 B (+ d + 2 floats per stream in memory, re-derived from the seam)"
     if name in ("sqrt_toeplitz", "input_perturbation"):
         return "17 B (+ O(T) noise vector re-derived from the seam)"
     return "17 B"
