@@ -1,6 +1,7 @@
 """Batch release and streaming cost of every mechanism, as ratios to numpy in the same run.
 
     python3 benchmarks/bench_mechanisms.py [--exponents 16 20 22] [--repeats 3]
+        [--mechanisms smooth_binary ...]
 
 Baseline: numpy's default generator drawing T continuous Laplace samples (no keyed hashing, no
 tree). Every mechanism runs with its default discrete noise (discrete Laplace / discrete
@@ -36,6 +37,8 @@ def main():
     parser.add_argument("--exponents", type=int, nargs="+", default=[16, 20, 22])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--streaming-steps", type=int, default=2000)
+    parser.add_argument("--mechanisms", nargs="+", choices=NAMES, default=list(NAMES),
+                        help="restrict the run to these mechanisms (default: all)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"{'T':>9} {'mechanism':<20}{'noise':<18}{'setup s':>9}{'batch s':>9}"
@@ -45,7 +48,7 @@ def main():
         x = rng.integers(0, 3, horizon).astype(np.float64)
         baseline = timed(lambda i: np.random.default_rng(i).laplace(size=horizon), args.repeats)
         print(f"{horizon:>9} {'numpy laplace':<20}{'':<18}{'':>9}{baseline:>9.4f}{1.0:>9.2f}")
-        for name, privacy, noise in [(n, p, k) for n in NAMES
+        for name, privacy, noise in [(n, p, k) for n in args.mechanisms
                                      for p in ({"epsilon": 1.0}, {"rho": 0.5})
                                      for k in ("discrete", "float")
                                      # the discrete square root is calibrated for zCDP only

@@ -1,6 +1,7 @@
 """Tree mechanisms against the papers: literal algorithms, golden node counts, closed forms."""
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -322,3 +323,132 @@ def test_tree_parameter_errors(bad, message):
 def test_subtraction_needs_k_at_least_3():
     with pytest.raises(ValueError, match=r"^`k` must be an integer >= 3; got 2\.$"):
         make("kary_subtraction", 10, epsilon=1.0, seed=0, k=2)
+
+
+# ----- smooth binary batch fast path ------------------------------------------------------------
+def old_smooth_unit_noise(mechanism, start, count):
+    """The batch noise before the fast path: the generic per-step decomposition of
+    TreeMechanism._combine, on the bit-by-bit `balanced`."""
+    from transforms.mechanisms.trees import TreeMechanism
+    reference = copy.copy(mechanism)
+    reference.balanced = reference._balanced_bitwise
+    assert not reference.prefix_is_step
+    return TreeMechanism._combine(reference, start, count, reference._node_noise, signed=True)
+
+
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+@pytest.mark.parametrize("prune,sparsify", [(False, True), (True, True), (False, False),
+                                            (True, False)])
+def test_smooth_fast_batch_path_is_bit_identical_to_the_old_path(noise, prune, sparsify):
+    rng = np.random.default_rng(14)
+    for horizon in (1, 2, 3, 19, 64, 69, 500, 1000, 4097):
+        for seed, privacy in ((0, LAPLACE_1), (5, ZCDP_HALF)):
+            mechanism = make_mechanism("smooth_binary", horizon, seed=seed, noise=noise,
+                                       prune=prune, sparsify=sparsify, **privacy)
+            old = old_smooth_unit_noise(mechanism, 0, horizon)
+            new = mechanism._unit_noise(0, horizon)
+            assert np.array_equal(new, old) and not np.signbit(new[new == 0]).any(), horizon
+            x = rng.integers(0, 3, horizon).astype(np.float64)
+            released = mechanism.release(x)
+            scale = 1.0 if noise == "discrete" else mechanism.node_scale
+            assert np.array_equal(released, np.cumsum(x) + scale * old)
+            # chunked resume from states, with random cut points
+            cuts = sorted(set(rng.integers(0, horizon + 1, 4).tolist()) | {0, horizon})
+            state, parts = mechanism.init_state(), []
+            for first, last in zip(cuts[:-1], cuts[1:]):
+                assert np.array_equal(mechanism._unit_noise(first, last - first),
+                                      old_smooth_unit_noise(mechanism, first, last - first))
+                out, state = mechanism.advance(state, x[first:last])
+                parts.append(out)
+            assert np.array_equal(np.concatenate(parts), released)
+            if horizon <= 100:  # and step by step
+                state, outs = mechanism.init_state(), []
+                for value in x:
+                    out, state = mechanism.step(state, value)
+                    outs.append(out)
+                assert np.array_equal(np.array(outs), released)
+
+
+def test_smooth_fast_path_small_windows_and_node_counts():
+    """Many read windows per level (forced small), and node counts through the same path."""
+    for prune in (False, True):
+        mechanism = make_mechanism("smooth_binary", 3000, seed=2, prune=prune, epsilon=1.0)
+        mechanism._WINDOW_MIN = 4
+        for start, count in ((0, 3000), (7, 1), (1234, 2), (999, 1500)):
+            assert np.array_equal(mechanism._combine(start, count, mechanism._node_noise, True),
+                                  old_smooth_unit_noise(mechanism, start, count))
+        reference = copy.copy(mechanism)
+        reference.balanced = reference._balanced_bitwise
+        ones = lambda level, first, n: np.ones(n)  # noqa: E731
+        from transforms.mechanisms.trees import TreeMechanism
+        assert np.array_equal(mechanism.node_counts(),
+                              TreeMechanism._combine(reference, 0, 3000, ones, False))
+        counts = mechanism.node_counts()  # h = 14: h/2 = 7 nodes, fewer when pruning
+        assert (counts.max() <= 7 and counts.min() >= 1) if prune else set(counts) == {7}
+
+
+def test_smooth_used_nodes_match_the_generic_computation():
+    from transforms.mechanisms.trees import TreeMechanism
+    for horizon in (1, 2, 19, 69, 924, 1000, 5000):
+        mechanism = make("smooth_binary", horizon, epsilon=1.0, seed=0)
+        reference = copy.copy(mechanism)
+        reference.balanced = reference._balanced_bitwise
+        expected = TreeMechanism._used_nodes(reference)
+        got = mechanism._used_nodes()
+        assert len(got) == len(expected) == mechanism.height
+        for a, b in zip(got, expected):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_smooth_noise_of_each_node_is_unchanged():
+    """Golden discrete noise (exact integers) computed with the implementation before the fast
+    path: the same node gets the same noise."""
+    import hashlib
+    for horizon, seed, privacy, prune, digest, head in (
+            (1000, 0, {"epsilon": 1.0}, False, "c4a6669a99b4a852", [46, -4, 23, -2, 37, 58]),
+            (5000, 1, {"rho": 0.5}, True, "06b1f7e8a758844d", [-2, -1, 1, -2, -4, 2]),
+            (777, 2, {"epsilon": 0.5}, True, "8de07d38e25d3a19", [-15, -9, -3, 9, 0, 6])):
+        mechanism = make_mechanism("smooth_binary", horizon, seed=seed, prune=prune, **privacy)
+        noise = mechanism.for_stream("golden").release(np.zeros(horizon))
+        assert noise[:6].astype(int).tolist() == head
+        assert hashlib.sha256(noise.astype("<i8").tobytes()).hexdigest()[:16] == digest
+
+
+def test_smooth_balanced_tables_match_bitwise_and_pruning_rule():
+    rng = np.random.default_rng(3)
+    for horizon in (1, 5, 69, 1000, 10 ** 5, 2 ** 30, 2 ** 40):
+        mechanism = make("smooth_binary", horizon, epsilon=1.0, seed=0)
+        h = mechanism.height
+        total = math.comb(h, h // 2)
+        ranks = np.unique(np.concatenate([rng.integers(0, total, 2000), [0, total - 1]]))
+        expected = mechanism._balanced_bitwise(ranks)
+        assert np.array_equal(mechanism.balanced(ranks), expected)
+        assert [mechanism._balanced_one(int(r)) for r in ranks[:50]] == expected[:50].tolist()
+        for first in (0, int(ranks[len(ranks) // 2]), total - 300):
+            first = max(first, 0)
+            count = min(300, total - first)
+            assert np.array_equal(mechanism._balanced_range(first, count),
+                                  mechanism._balanced_bitwise(np.arange(first, first + count)))
+    # the closed-form data-free test of the fast path equals data_free on every used node
+    from transforms.mechanisms.trees import popcount
+    for horizon in (5, 69, 1000, 3432):
+        mechanism = make("smooth_binary", horizon, epsilon=1.0, seed=0, prune=True)
+        m = mechanism.prefix_leaves(np.arange(1, horizon + 1))
+        for level in range(mechanism.height):
+            q = np.unique(m >> level)
+            q = q[(q & 1) == 1]
+            closed = mechanism.height // 2 - popcount(q) == level
+            assert np.array_equal(closed, mechanism.data_free(level, (q >> 1) * 2))
+
+
+def test_popcount_with_and_without_numpy_bitwise_count(monkeypatch):
+    from transforms.mechanisms.trees import popcount
+    values = np.concatenate([np.arange(300), np.random.default_rng(0).integers(0, 2 ** 62, 300),
+                             [2 ** 63 - 1]]).astype(np.int64)
+    expected = [bin(int(v)).count("1") for v in values]
+    assert popcount(values).tolist() == expected
+    monkeypatch.delattr(np, "bitwise_count", raising=False)
+    assert popcount(values).tolist() == expected
+    mechanism = make("smooth_binary", 1000, epsilon=1.0, seed=0)
+    assert mechanism.balanced(np.int64(17)).shape == () and int(mechanism.balanced(17)) == int(
+        mechanism._balanced_bitwise(np.array([17]))[0])

@@ -424,6 +424,18 @@ class KarySubtraction(TreeMechanism):
         self.height = _smallest_height(max_digit, self.arity, self.horizon)
 
 
+def popcount(values: np.ndarray) -> np.ndarray:
+    """Number of ones of non-negative int64 values, as int64."""
+    values = np.asarray(values, dtype=np.int64)
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0
+        return np.bitwise_count(values).astype(np.int64)
+    table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+    out = np.zeros(values.shape, dtype=np.int64)
+    for shift in range(0, 64, 8):
+        out += table[(values >> shift) & 255]
+    return out
+
+
 def _binomial_table(n: int) -> np.ndarray:
     table = np.zeros((n + 1, n + 2), dtype=np.int64)
     for a in range(n + 1):
@@ -453,6 +465,18 @@ class SmoothBinary(TreeMechanism):
 
     def balanced(self, rank: np.ndarray) -> np.ndarray:
         """The rank-th (0-based) h-bit integer with h/2 ones."""
+        rank = np.asarray(rank, dtype=np.int64)
+        tables = self._split_tables()
+        if tables is None or rank.size == 0 or rank.min() < 0 or rank.max() >= tables[0][-1]:
+            return self._balanced_bitwise(rank)
+        cum, high, fill, low_sorted, low_start = tables
+        group = np.searchsorted(cum, rank, side="right") - 1
+        low = low_sorted[low_start[fill[group]] + (rank - cum[group])]
+        out = (high[group] << (self.height - self._split_low_bits)) | low
+        return np.asarray(out, dtype=np.int64).reshape(rank.shape)
+
+    def _balanced_bitwise(self, rank: np.ndarray) -> np.ndarray:
+        """`balanced` bit by bit from the top (any rank; the reference for the table version)."""
         rank = np.asarray(rank, dtype=np.int64).copy()
         ones = np.full(rank.shape, self.height // 2, dtype=np.int64)
         out = np.zeros(rank.shape, dtype=np.int64)
@@ -463,6 +487,57 @@ class SmoothBinary(TreeMechanism):
             rank = rank - np.where(take, below, 0)
             ones = ones - take
         return out
+
+    # Balanced numbers sorted by value are sorted by (high part, low part). With the h bits split
+    # into H = h - L high and L low bits, the numbers with high part v are v << L | w for the L-bit
+    # w with h/2 - popcount(v) ones, in increasing order: one table over v and one over w.
+    _SPLIT_MAX_HEIGHT = 36  # tables of at most 2^18 entries
+
+    @property
+    def _split_low_bits(self) -> int:
+        return self.height // 2
+
+    def _split_tables(self):
+        """(cum, high, fill, low_sorted, low_start) or None above _SPLIT_MAX_HEIGHT.
+
+        cum[g] = rank of the first balanced number of group g (the g-th high part v = high[g]
+        with a non-empty group; cum[-1] = total), fill[g] = ones its low part needs; low_sorted =
+        all L-bit numbers sorted by (popcount, value), low_start[r] = where popcount r starts."""
+        if self.height > self._SPLIT_MAX_HEIGHT:
+            return None
+        if "balanced_tables" not in self._cache:
+            h, low_bits = self.height, self._split_low_bits
+            high_bits, half = h - low_bits, h // 2
+            high = np.arange(1 << high_bits, dtype=np.int64)
+            fill = half - popcount(high)
+            ok = (fill >= 0) & (fill <= low_bits)
+            high, fill = high[ok], fill[ok]
+            sizes = np.array([math.comb(low_bits, int(r)) for r in range(low_bits + 1)],
+                             dtype=np.int64)[fill]
+            cum = np.concatenate(([0], np.cumsum(sizes)))
+            low = np.arange(1 << low_bits, dtype=np.int64)
+            low_pop = popcount(low)
+            low_sorted = low[np.lexsort((low, low_pop))]
+            low_start = np.concatenate(([0], np.cumsum(np.bincount(low_pop,
+                                                                   minlength=low_bits + 1))))
+            self._cache["balanced_tables"] = (cum, high, fill, low_sorted, low_start)
+        return self._cache["balanced_tables"]
+
+    def _balanced_range(self, first: int, count: int) -> np.ndarray:
+        """balanced(first .. first+count-1) for contiguous ranks, in O(count)."""
+        tables = self._split_tables()
+        if tables is None or count <= 0 or first < 0 or first + count > tables[0][-1]:
+            return self.balanced(np.arange(first, first + count, dtype=np.int64))
+        cum, high, fill, low_sorted, low_start = tables
+        g0 = int(np.searchsorted(cum, first, side="right")) - 1
+        g1 = int(np.searchsorted(cum, first + count - 1, side="right")) - 1
+        sizes = np.diff(cum[g0:g1 + 2])
+        sizes[0] -= first - cum[g0]
+        sizes[-1] -= cum[g1 + 1] - (first + count)
+        # position in low_sorted: low_start[fill] + rank - cum, i.e. a per-group offset plus rank
+        offset = np.repeat(low_start[fill[g0:g1 + 1]] - cum[g0:g1 + 1], sizes)
+        low = low_sorted[offset + np.arange(first, first + count, dtype=np.int64)]
+        return (np.repeat(high[g0:g1 + 1], sizes) << (self.height - self._split_low_bits)) | low
 
     def balanced_rank(self, value: np.ndarray) -> np.ndarray:
         """Number of h-bit integers with h/2 ones that are < value (0 <= value <= 2^h)."""
@@ -515,6 +590,90 @@ class SmoothBinary(TreeMechanism):
 
     def _prefix_leaves_one(self, step):
         return self._balanced_one(step)
+
+    # ----- batch fast path ---------------------------------------------------------------------
+    _WINDOW_MIN = 1 << 16  # node values are read in aligned windows of >= this many nodes
+
+    # With m = prefix_leaves(t), level l contributes the value of node m >> (l + 1) (the left
+    # child of the path's parent) when bit l of m is 1, and everything at level l is a function
+    # of q = m >> l. As m increases with t, the distinct q of a run of steps are the distinct
+    # values of a sorted array; partial totals are accumulated on them from the top down,
+    # acc_l[q] = acc_{l+1}[q >> 1] + contribution_l(q): per step, the same additions in the same
+    # order as the per-step generic path and the streaming path, so the results are identical.
+    # Node values are read once per level over contiguous ranges, as `_pick` does (so the same
+    # node gets the same noise); digits are never negative here, so `signed` changes nothing.
+    def _combine(self, start, count, values, signed):
+        if count <= 0:
+            return np.zeros(0, dtype=np.float64)
+        prefixes, parents = self._distinct_prefixes(self._balanced_range(start + 1, count))
+        window = max(self._WINDOW_MIN, 1 << (count - 1).bit_length())  # memory O(count)
+        acc = None
+        for level in range(self.height - 1, -1, -1):
+            q = prefixes[level]
+            if acc is None:
+                acc = np.zeros(q.shape[0], dtype=np.float64)
+            elif parents[level] is not None:
+                acc = acc[parents[level]]
+            rows = np.flatnonzero((q & 1).astype(bool))
+            if rows.shape[0]:
+                # Adding the 0 of an even q (or of a pruned node) would leave acc unchanged: acc
+                # starts at +0.0 and a sum is -0.0 only if both terms are, so it never is.
+                acc[rows] += self._level_values(level, q[rows], values, window)
+        return acc
+
+    def _distinct_prefixes(self, prefix_leaves: np.ndarray):
+        """Per level l: the sorted distinct values of prefix_leaves >> l, and for each the index
+        of its parent (value >> 1) among level l + 1's (None when that is the identity)."""
+        prefixes, parents = [prefix_leaves], []
+        current = prefix_leaves
+        for _ in range(1, self.height):
+            shifted = current >> 1
+            new = np.empty(shifted.shape[0], dtype=bool)
+            new[0] = True
+            np.not_equal(shifted[1:], shifted[:-1], out=new[1:])
+            if new.all():
+                parents.append(None)
+                current = shifted
+            else:
+                parents.append(np.cumsum(new, dtype=np.int64) - 1)
+                current = shifted[new]
+            prefixes.append(current)
+        parents.append(None)
+        return prefixes, parents
+
+    def _used_nodes(self):
+        """As TreeMechanism._used_nodes (the same arrays): node q - 1 of level l is used for every
+        odd q = m >> l; the length is 1 + the largest run end (q if q is odd, else q + 2)."""
+        prefixes, _ = self._distinct_prefixes(self._balanced_range(1, self.horizon))
+        used = []
+        for q in prefixes:
+            ends = q[-2:]
+            marks = np.zeros(int(np.where(ends & 1, ends, ends + 2).max()) + 1, dtype=bool)
+            marks[q[(q & 1) == 1] - 1] = True
+            used.append(marks)
+        return used
+
+    def _level_values(self, level, odd_prefixes, values, window) -> np.ndarray:
+        """Value of node q >> 1 of `level` for each (sorted, distinct, odd) q = m >> level, times
+        0 if it is data free and pruning. Values are read in aligned windows of `window` nodes,
+        each one contiguous range from its first to its last needed node."""
+        nodes = odd_prefixes >> 1
+        picked = np.empty(nodes.shape[0], dtype=np.float64)
+        first_window, last_window = int(nodes[0]) // window, int(nodes[-1]) // window
+        bounds = np.arange(first_window + 1, last_window + 1, dtype=np.int64) * window
+        cuts = [0] + np.searchsorted(nodes, bounds).tolist() + [nodes.shape[0]]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if b > a:
+                first, last = int(nodes[a]), int(nodes[b - 1])
+                picked[a:b] = values(level, first, last - first + 1)[nodes[a:b] - first]
+        if self.prune:
+            # The left child of node q >> 1 holds the numbers below m with the same bits above
+            # `level`; it holds a data leaf (rank < t <= T) unless it holds no balanced number,
+            # i.e. unless the `level` bits of m below `level` are all ones: h/2 - popcount(q)
+            # = level. As in `_children`, its value is multiplied by 0.0 (keep) or 1.0.
+            free = self.height // 2 - popcount(odd_prefixes) == level
+            picked = picked * (~free).astype(np.float64)
+        return picked
 
     def _structural_column_count(self):
         return self.height // 2  # only left children are ever used; a data leaf has h/2 zeros
