@@ -99,6 +99,10 @@ class ContinualMechanism(abc.ABC):
     """Base class: subclasses define L, R and the noise sum L z; this class does the rest."""
 
     name: ClassVar[str]
+    # which node of the factorization a noise index names; bump when it changes (with the
+    # noise domain version, it is the release's `noise_derivation`: a release is only ever
+    # continued by code deriving every node's noise exactly as before)
+    node_indexing: ClassVar[int] = 1
 
     def __init__(self, horizon: int, budget: PrivacyBudget, noise_source: NoiseSource, *,
                  max_contributions: int = 1, interval_bound: int = 1, stream: StreamKey = b"",
@@ -118,6 +122,13 @@ class ContinualMechanism(abc.ABC):
         stream_bytes(stream)
         self.stream = stream
         self._cache = {}
+
+    @property
+    def noise_derivation(self) -> str:
+        """How this code derives every node's noise: the seam's domain version and this
+        mechanism's node indexing (part of a release's descriptor)."""
+        from .noise import NOISE_DOMAIN_VERSION
+        return f"{NOISE_DOMAIN_VERSION}/{self.name}/{self.node_indexing}"
 
     # ----- what subclasses define ------------------------------------------------------------
     @abc.abstractmethod

@@ -31,7 +31,8 @@ from .discrete import BitStream, DiscreteSampler
 from .privacy import GAUSSIAN, LAPLACE
 
 StreamKey = Union[str, bytes, int]
-_DOMAIN = b"dp-continual-release/noise/v3\x00"
+NOISE_DOMAIN_VERSION = "v3"   # bump whenever any node's noise would change for the same key
+_DOMAIN = b"dp-continual-release/noise/" + NOISE_DOMAIN_VERSION.encode("ascii") + b"\x00"
 _DISTRIBUTION_TAG = {LAPLACE: b"L", GAUSSIAN: b"G"}
 
 

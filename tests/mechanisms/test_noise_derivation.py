@@ -1,0 +1,61 @@
+"""The noise of a node is a promise: a release continued by newer code (a scheduled run after
+an upgrade) must derive every node's noise exactly as before, or two different noises of one
+node get published and averaging them removes noise. Each mechanism's `noise_derivation` names
+how its noise is derived; this golden table pins what each name produces. Changing noise
+without a new name fails here: bump `NOISE_DOMAIN_VERSION` (transforms/mechanisms/noise.py) or
+the mechanism's `node_indexing`, and releases started before refuse to continue."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from transforms.mechanisms import NAMES, make
+
+GOLDEN = {
+    ('v3/binary_tree/1', 'epsilon'): '27bfbcd5cf02ee7b',
+    ('v3/binary_tree/1', 'rho'): 'e3a5c3a392899862',
+    ('v3/kary_tree/1', 'epsilon'): '27bfbcd5cf02ee7b',
+    ('v3/kary_tree/1', 'rho'): 'e3a5c3a392899862',
+    ('v3/kary_subtraction/1', 'epsilon'): '0b4cd1ed847d676b',
+    ('v3/kary_subtraction/1', 'rho'): 'f19ae2a5f81ed6b2',
+    ('v3/smooth_binary/1', 'epsilon'): 'c2149c5055e7c0b8',
+    ('v3/smooth_binary/1', 'rho'): '26e0cbf5b57aaa9e',
+    ('v3/sqrt_toeplitz/1', 'rho'): 'c22c59cc819ecfe2',
+    ('v3/naive_composition/1', 'epsilon'): '333842f373bcf54b',
+    ('v3/naive_composition/1', 'rho'): '0dac7bfed83e4500',
+    ('v3/input_perturbation/1', 'epsilon'): '02f39076750bafb3',
+    ('v3/input_perturbation/1', 'rho'): '796f99aef908ab74',
+}
+CASES = [(name, kind) for name in NAMES if name != "blt"  # blt: float noise only
+         for kind in ("epsilon", "rho") if not (name == "sqrt_toeplitz" and kind == "epsilon")]
+
+
+def noise_digest(name: str, kind: str):
+    """The discrete (exact, platform-independent) release of zeros, seed 7, T = 40."""
+    mechanism = make(name, 40, seed=7, noise="discrete", **{kind: 1.0 if kind == "epsilon"
+                                                             else 0.5})
+    values = np.round(np.asarray(mechanism.release(np.zeros(40))), 6)
+    return mechanism.noise_derivation, hashlib.sha256(values.tobytes()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name,kind", CASES)
+def test_each_noise_derivation_still_derives_the_same_noise(name, kind):
+    derivation, digest = noise_digest(name, kind)
+    assert (derivation, kind) in GOLDEN, (
+        f"new noise derivation {derivation!r}: add it to GOLDEN (and keep the old entries)")
+    assert GOLDEN[(derivation, kind)] == digest, (
+        f"{name}'s noise changed under the same derivation {derivation!r}: bump "
+        f"NOISE_DOMAIN_VERSION or {name}.node_indexing")
+
+
+def test_the_guard_sees_a_changed_noise(monkeypatch):
+    from transforms.mechanisms import noise
+    original = noise.KeyedNoiseSource.__init__
+
+    def other_domain(self, secret, cache_blocks=512, *, release=b""):
+        original(self, secret + b"!", cache_blocks, release=release)
+    monkeypatch.setattr(noise.KeyedNoiseSource, "__init__", other_domain)
+    derivation, digest = noise_digest("binary_tree", "rho")
+    assert GOLDEN[(derivation, "rho")] != digest
