@@ -1,6 +1,7 @@
 """The Beam plugin end to end on the local runners."""
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -381,3 +382,41 @@ def test_stateful_stages_use_a_deterministic_key_coder(caplog):
     events = random_count_events(np.random.default_rng(1), n=10)
     run(noisy_count(), events, mode="streaming", steps=STEPS)
     assert not [r for r in caplog.records if "deterministic" in r.getMessage()]
+
+
+def test_records_of_a_unit_on_four_keys_carry_the_joint_calibration_stddev():
+    """`max_contributions` caps a unit across its keys, so a unit on 4 keys costs no more noise
+    than on 1 (joint calibration, tests/test_joint_calibration.py): records' stddev is that of
+    the full budget, 4x below the per-key split of epsilon / 4 (2x below rho / 4)."""
+    from transforms.mechanisms import ConstantNoiseSource, make
+    events = random_count_events(np.random.default_rng(5), n=40)
+    for privacy, factor in (({"epsilon": 1.0}, 4.0), ({"rho": 0.5}, 2.0)):
+        transform = ContinualCount(steps=STEPS, public_keys=["eu", "us"], max_contributions=3,
+                                   max_contributions_per_step=2, max_keys_per_unit=4,
+                                   mechanism="binary_tree", noise="float", **privacy, **ZERO)
+        assert transform.descriptor["calibration"] == "joint"
+        records, _ = run(transform, events)
+        (name, value), = privacy.items()
+        split = make("binary_tree", STEPS.horizon, **{name: value / 4}, max_contributions=3,
+                     interval_bound=3, noise="float",
+                     noise_source=ConstantNoiseSource(0.0)).noise_std()
+        for record in records:
+            assert record["stddev"] == pytest.approx(split[record["step"]] / factor, rel=1e-12)
+            assert record[name] == value  # records name the total budget
+
+
+def test_blt_release_is_the_same_in_batch_and_streaming():
+    """BLT keeps its buffers outside the 17-byte state (re-derived from the seam): streaming
+    timers on fresh mechanism objects must give the batch records bit for bit."""
+    def blt_count():
+        return ContinualCount(steps=STEPS, public_keys=["eu", "us"], rho=0.5,
+                              max_contributions=2, mechanism="blt",
+                              mechanism_params={"buffers": 3}, noise="float",
+                              secret=SecretRef(literal=b"blt-secret"), release_id=RELEASE)
+    events = random_count_events(np.random.default_rng(8), n=40)
+    events = [((unit, key if key in ("eu", "us") else "eu"), ts) for (unit, key), ts in events]
+    batch, _ = run(blt_count(), events)
+    streaming, _ = run(blt_count(), events, mode="streaming", steps=STEPS)
+    assert batch == streaming and len(batch) == 2 * STEPS.horizon
+    assert {r["mechanism"] for r in batch} == {"blt"}
+    assert len(json.loads(batch[0]["mechanism_params"])["decay_gaps"]) == 3

@@ -17,14 +17,15 @@ import json
 import logging
 import math
 import secrets
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from transforms import validation as check
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
-from transforms.mechanisms.choose import choose
+from transforms.mechanisms.choose import choose, evaluate
+from transforms.mechanisms.sensitivity import joint_sensitivity
 from transforms.mechanisms.privacy import PrivacyBudget
 from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
                                 descriptor_digest, key_text, public_key_digest)
@@ -36,6 +37,51 @@ from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.records import Declaration
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
                                       EntityProblem, Problem, TriangleProblem)
+
+
+SPLIT, JOINT = "split", "joint"
+# The joint ratio S / J is rounded down by this relative margin, so that float rounding can never
+# make a key's noise smaller than the joint calibration needs.
+_RATIO_MARGIN = 2.0 ** -40
+
+
+class Calibration(NamedTuple):
+    """How the budget is shared over the keys one unit can touch (see `Declaration`)."""
+    kind: str                      # "split" or "joint"
+    key_privacy: dict              # the budget each key's mechanism is built with
+    sensitivity: Optional[float]   # the key mechanism's own sensitivity S (S_{D,k}), if used
+    joint_sensitivity: Optional[float] = None  # J of the concatenation over keys, if bounded
+
+
+def calibrate(mechanism, declaration: Declaration, budget: PrivacyBudget,
+              sensitivity: Optional[float] = None) -> Calibration:
+    """The calibration with less noise for `mechanism` (built at any budget; only its R, its
+    sensitivity S and its column norms are used): the split (budget / m per key) or, when the
+    declaration bounds a unit's total over all keys (`joint_mass` M), the joint one.
+
+    Joint (Declaration docstring, `sensitivity.joint_sensitivity`): the concatenation over the
+    keys changes by at most J = M c_p (c_p the largest column l_p norm of R; plus the rounding
+    term of the discrete square root), for ANY way the unit spreads its M over keys and steps,
+    so node noise calibrated to J at the full budget covers all keys at once. A key's mechanism
+    calibrates to its own S, so it gets the budget epsilon min(1, S/J) (rho min(1, S/J)^2),
+    whose noise is that of J at the full budget. The split gives epsilon / m (rho / m); the
+    larger key budget wins (same mechanism, so strictly less noise), ties keep the split: the
+    result is never noisier than the split.
+    """
+    p = budget.sensitivity_norm
+    split = (declaration.budget_share(rho=budget.rho) if p == 2
+             else declaration.budget_share(epsilon=budget.epsilon))
+    s = float(mechanism.sensitivity if sensitivity is None else sensitivity)
+    if declaration.joint_mass is None or declaration.keys_per_unit == 1:
+        return Calibration(SPLIT, split, s)  # m = 1: the split is the full budget already
+    j = joint_sensitivity(mechanism, p, declaration.joint_mass, declaration.keys_per_unit)
+    ratio = 1.0 if s >= j else (s / j) * (1.0 - _RATIO_MARGIN)
+    joint = (declaration.joint_share(ratio, rho=budget.rho) if p == 2
+             else declaration.joint_share(ratio, epsilon=budget.epsilon))
+    (name, share), = joint.items()
+    if share > split[name]:
+        return Calibration(JOINT, joint, s, j)
+    return Calibration(SPLIT, split, s, j)
 
 
 class ContinualResult(NamedTuple):
@@ -118,33 +164,88 @@ class _ContinualBase(beam.PTransform):
         return 1.0
 
     def _key_privacy(self) -> dict:
-        """Each key's budget: the total split over the keys one unit can touch."""
+        """Each key's budget under the split: the total over the keys one unit can touch."""
         if self.budget.noise == "laplace":
             return self.problem.declaration.budget_share(epsilon=self.budget.epsilon)
         return self.problem.declaration.budget_share(rho=self.budget.rho)
 
+    def _full_privacy(self) -> dict:
+        if self.budget.noise == "laplace":
+            return {"epsilon": self.budget.epsilon}
+        return {"rho": self.budget.rho}
+
+    def _build(self, name: str, privacy: dict, params: dict):
+        declaration = self.problem.declaration
+        return make(name, self.steps.horizon, **privacy,  # validates parameters now
+                    max_contributions=declaration.max_contributions,
+                    interval_bound=declaration.interval_bound,
+                    noise_source=ConstantNoiseSource(0.0), noise=self.noise_kind, **params)
+
+    def _calibrated(self, name: str, params: dict) -> Tuple[Calibration, Any]:
+        """(calibration, mechanism built with the key budget) for a given mechanism."""
+        declaration = self.problem.declaration
+        if declaration.joint_mass is None or declaration.keys_per_unit == 1:
+            split = self._key_privacy()
+            return Calibration(SPLIT, split, None), self._build(name, split, params)
+        # S, c_p and the grid do not depend on the budget: probe at the full budget (which
+        # fits wherever a smaller one does) and keep it when the key gets the full budget
+        probe = self._build(name, self._full_privacy(), params)
+        calibration = calibrate(probe, declaration, self.budget)
+        if calibration.key_privacy == self._full_privacy():
+            return calibration, probe
+        return calibration, self._build(name, calibration.key_privacy, params)
+
+    def _auto(self) -> Tuple[str, dict]:
+        """`mechanism="auto"`: the lowest MaxSE (then MeanSE) over every candidate, each under
+        the calibration it would actually be released with."""
+        declaration = self.problem.declaration
+        horizon, k, d = (self.steps.horizon, declaration.max_contributions,
+                         declaration.interval_bound)
+        split = self._key_privacy()
+        if declaration.joint_mass is None or declaration.keys_per_unit == 1:
+            best, _ = choose(horizon, split, k, d, noise=self.noise_kind)
+            return best.mechanism, dict(best.params)
+        _, full_rows = choose(horizon, self._full_privacy(), k, d, noise=self.noise_kind)
+        split_rows = None
+        rows = []
+        for row in full_rows:
+            probe = self._build(row.mechanism, self._full_privacy(), dict(row.params))
+            calibration = calibrate(probe, declaration, self.budget, row.sensitivity)
+            if calibration.kind == JOINT and calibration.key_privacy == self._full_privacy():
+                rows.append(row)
+            elif calibration.kind == JOINT:
+                rows += evaluate(horizon, calibration.key_privacy, k, d,
+                                 specs=[(row.mechanism, dict(row.params))],
+                                 noise=self.noise_kind)
+            else:
+                if split_rows is None:
+                    split_rows = choose(horizon, split, k, d, noise=self.noise_kind)[1]
+                rows += [r for r in split_rows if r.mechanism == row.mechanism
+                         and r.params == row.params]
+        best = min(rows, key=lambda c: (c.max_se, c.mean_se))
+        return best.mechanism, dict(best.params)
+
     def _release_config(self) -> ReleaseConfig:
         declaration = self.problem.declaration
-        key_privacy = self._key_privacy()
         name, params = self.mechanism_name, dict(self.mechanism_params)
         if name == "auto":
-            best, _ = choose(self.steps.horizon, key_privacy, declaration.max_contributions,
-                             declaration.interval_bound, noise=self.noise_kind)
-            name, params = best.mechanism, dict(best.params)
+            name, params = self._auto()
+        calibration, resolved = self._calibrated(name, params)
+        key_privacy = calibration.key_privacy
+        self.calibration = calibration
         total = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
-        resolved = make(name, self.steps.horizon, **key_privacy,  # validates parameters now
-                        max_contributions=declaration.max_contributions,
-                        interval_bound=declaration.interval_bound,
-                        noise_source=ConstantNoiseSource(0.0), noise=self.noise_kind, **params)
         params = resolved.params()
         self.descriptor = {
-            "format": 1, "transform": type(self).__name__, "mechanism": name, "params": params,
-            "noise": resolved.noise_name, "budget": total, "key_budget": key_privacy,
+            "format": 2, "transform": type(self).__name__, "mechanism": name, "params": params,
+            "noise": resolved.noise_name, "noise_derivation": resolved.noise_derivation,
+            "budget": total, "key_budget": key_privacy,
+            "calibration": calibration.kind,
             "horizon": self.steps.horizon, "origin": self.steps.origin,
             "step_seconds": self.steps.size, "bounds": self.bounds(),
             "declaration": {"interval_bound": declaration.interval_bound,
                             "max_contributions": declaration.max_contributions,
-                            "keys_per_unit": declaration.keys_per_unit},
+                            "keys_per_unit": declaration.keys_per_unit,
+                            "joint_mass": declaration.joint_mass},
             "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
         digest = descriptor_digest(self.descriptor)
         if self._given_release_id is not None:
@@ -173,7 +274,7 @@ class _ContinualBase(beam.PTransform):
                 "max_contributions": self.config.max_contributions,
                 "interval_bound": self.config.interval_bound,
                 "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
-                "secret": self.secret.describe(),
+                "secret": self.secret.describe(), "calibration": self.calibration.kind,
                 "noise": self.descriptor["noise"], "release_id": self.release_id,
                 "private": self.private}
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})
@@ -222,6 +323,15 @@ class _ContinualBase(beam.PTransform):
                                truncated.states, released.states)
 
 
+def _across_keys(problem: CountProblem) -> CountProblem:
+    """Counts and sums: `max_contributions` (in grid units for sums) caps one unit's total
+    over the horizon across ALL its keys (`ContributionBounds.step` keeps one `used` per unit),
+    so the declaration carries it as the joint mass: the release may calibrate jointly."""
+    problem.declaration = dataclasses.replace(
+        problem.declaration, joint_mass=problem.bounds.max_contributions)
+    return problem
+
+
 class ContinualCount(_ContinualBase):
     """Running count per public key; elements (unit, key) timestamped with event time.
 
@@ -236,7 +346,7 @@ class ContinualCount(_ContinualBase):
         super().__init__(**kwargs)
 
     def make_problem(self):
-        return CountProblem(self.contribution_bounds)
+        return _across_keys(CountProblem(self.contribution_bounds))
 
     def bounds(self):
         return dataclasses.asdict(self.contribution_bounds)
@@ -273,13 +383,14 @@ class ContinualSum(_ContinualBase):
     def make_problem(self):
         bounds, g = self.contribution_bounds, self.value_resolution
         if g is None:
-            return CountProblem(bounds, with_value=True)
+            return _across_keys(CountProblem(bounds, with_value=True))
         per_step = bounds.max_contributions_per_step
         units = ContributionBounds(
             max(1, math.floor(bounds.max_contributions / g)),
             None if per_step is None else max(1, math.floor(per_step / g)),
             bounds.max_keys_per_unit, max_value=float(math.floor(bounds.max_value / g)))
-        return CountProblem(units, with_value=True, value_grid=g, max_value=bounds.max_value)
+        return _across_keys(CountProblem(units, with_value=True, value_grid=g,
+                                         max_value=bounds.max_value))
 
     def bounds(self):
         return {**dataclasses.asdict(self.contribution_bounds),

@@ -192,8 +192,8 @@ def test_marker_is_create_if_absent(tmp_path):
         checkpoints.create_if_absent("s3://bucket/state/commits/x.json", b"x")
 
 
-@pytest.mark.parametrize("name", sorted(set(os.listdir(os.path.join(ROOT, "configs")))
-                                         - {"cart_items.yaml"}))  # five runs: tested above
+@pytest.mark.parametrize("name", sorted({n for n in os.listdir(os.path.join(ROOT, "configs"))
+                                          if n.endswith(".yaml")} - {"cart_items.yaml"}))  # five runs: tested above
 def test_every_bundled_config_resumes_to_one_continuous_run(tmp_path, name):
     """Three scheduled runs (checkpoint states of every problem through the JSON codec) equal
     one pipelines.run with the same insecure seed: both drive the same stages."""
@@ -265,3 +265,21 @@ def test_runs_killed_at_any_point_converge_to_one_uninterrupted_run(tmp_path, mo
     assert not [p for p in published if p.endswith(".partial")]
     assert records_of([p for p in published if p.endswith(".jsonl")]) == \
         records_of(final["records"])
+
+
+def test_code_that_derives_noise_differently_cannot_continue_a_release(tmp_path, monkeypatch,
+                                                                          capsys):
+    """After an upgrade that changes how node noise is derived, continuing the release would
+    publish a second noise of nodes already released (averaging them removes noise): the
+    descriptor names the derivation, and the resume is refused in one line."""
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    schedule.run_once(config, state, ORIGIN + 3 * HOUR)
+    from transforms.mechanisms import noise
+    monkeypatch.setattr(noise, "NOISE_DOMAIN_VERSION", "v999")
+    capsys.readouterr()
+    code = schedule.main(["--config", config, "--state-dir", state, "--now",
+                          "2026-01-05T07:00:00Z"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "`release.noise_derivation` must be what this release was started with" in err

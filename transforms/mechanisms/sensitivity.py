@@ -177,3 +177,29 @@ def identity_sensitivity(horizon: int, p: int, k: int, d: int) -> float:
     if rest and len(entries) < horizon:
         entries.append(rest)
     return float(sum(e ** p for e in entries) ** (1.0 / p))
+
+
+# ----- joint sensitivity over keys ------------------------------------------------------------
+def joint_sensitivity(mechanism, p: int, mass: float, keys: int) -> float:
+    """l_p sensitivity of the concatenation (R v_1, ..., R v_m) over the public keys, when one
+    unit's changes v_1, ..., v_m (one per key, any signs) have sum_j ||v_j||_1 <= `mass` and touch
+    at most `keys` keys (ContinualCount / ContinualSum: `max_contributions` caps a unit's total
+    over the horizon across all its keys).
+
+    Every column of R has l_p norm <= c_p = `column_norm(p)`, so ||R v||_p <= ||v||_1 c_p
+    (triangle inequality over the columns). Hence the l1 norm of the concatenation is
+    sum_j ||R v_j||_1 <= mass c_1, and its l2 norm is sqrt(sum_j ||R v_j||_2^2)
+    <= sum_j ||R v_j||_2 <= mass c_2: the joint sensitivity is at most mass x c_p whatever the
+    number of keys, the same as one key's change `mass` e_t on S_{k,k} (k = mass).
+
+    The discrete square root releases y_j = round(R~ x_j / g) + z_j: a change moves each
+    coordinate by at most |R~ v_j / g| + 1, and only the T coordinates of the touched keys, at
+    most min(keys, mass) of them (integer changes: a touched key takes >= 1 of the mass), so
+    ||(Delta y_j)_j||_2 <= mass c_2 / g + sqrt(min(keys, mass) T) (triangle inequality on the
+    concatenation of the linear part and the rounding part).
+    """
+    linear = mass * mechanism.column_norm(p)
+    if getattr(mechanism, "name", None) == "sqrt_toeplitz" and mechanism.discrete:
+        touched = max(1, min(keys, int(math.floor(mass))))
+        return linear * 2.0 ** mechanism.grid_bits + math.sqrt(touched * mechanism.horizon)
+    return linear

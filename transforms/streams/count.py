@@ -9,6 +9,9 @@ horizon, across all keys, to at most `max_keys_per_unit` keys. Deterministic dro
   the event that crosses a cap is cut to what is left.
 One unit then changes each key's difference stream by a non-negative vector with l1 <= k, hence
 interval sums <= k: S_{k,k} (not the alternating S_{1,k}), on at most max_keys_per_unit keys.
+Both caps hold across keys (`used` and the step's total are one budget per unit, not per key):
+the unit's vectors v_1..v_m satisfy sum_j ||v_j||_1 <= k and sum_j v_j[t] <= per-step cap, which
+is what the joint calibration over keys uses (`Declaration.joint_mass` = k, see records.py).
 """
 from __future__ import annotations
 

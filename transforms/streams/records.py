@@ -25,20 +25,49 @@ class Declaration:
     """What one protected unit can change, for the release to calibrate against.
 
     Each public key's difference stream changes by a vector of S_{D,k} (`interval_bound` D,
-    `max_contributions` k), and one unit touches at most `keys_per_unit` keys. The release
-    composes over those keys explicitly: each key's counter gets 1/keys_per_unit of the budget
-    (epsilon / m under pure DP, rho / m under zCDP), which is valid for any m keys.
+    `max_contributions` k), and one unit touches at most `keys_per_unit` keys m.
+
+    Two calibrations over the keys (`transforms.continual.calibrate` takes the one with less
+    noise for the mechanism at hand, never more than the split):
+    - "split" (valid for any m keys): each key's counter gets 1/m of the budget (epsilon / m
+      under pure DP, rho / m under zCDP) and is calibrated to its own S_{D,k} sensitivity S;
+      the m releases compose.
+    - "joint" (only with `joint_mass` M): when a unit's changes to ALL keys together have
+      total l1 <= M (ContinualCount / ContinualSum: `max_contributions` is one cap over the
+      horizon across keys), the concatenation of the keys' node vectors has sensitivity
+      J <= M x (largest column l_p norm of R) (`sensitivity.joint_sensitivity`), so i.i.d. node
+      noise calibrated to J at the FULL budget is private for all keys at once. A key's counter
+      then runs with the budget whose S-calibrated noise equals that: epsilon min(1, S/J) or
+      rho min(1, S/J)^2 (`joint_share`). For every linear mechanism S >= k x column norm = J on
+      S_{k,k} (k e_t is in S_{k,k}), so a key gets the full budget: m times less Laplace scale
+      and sqrt(m) times less Gaussian sigma than the split.
+    Count-distinct, degree counts and declared releases bound each key separately (their
+    budgets are per key): no `joint_mass`, always the split.
     """
     interval_bound: int
     max_contributions: int
     keys_per_unit: int
     unit: str
     restricted_to: Optional[str] = None  # TriangleCount: privacy only for bounded graphs
+    joint_mass: Optional[float] = None   # total l1 of a unit's changes over all keys, if bounded
 
     def budget_share(self, epsilon=None, rho=None) -> dict:
+        """The split: 1/keys_per_unit of the budget per key."""
         if rho is not None:
             return {"rho": rho / self.keys_per_unit}
         return {"epsilon": epsilon / self.keys_per_unit}
+
+    def joint_share(self, ratio: float, epsilon=None, rho=None) -> dict:
+        """The joint calibration's per-key budget: with the key mechanism's own sensitivity S
+        and the joint sensitivity J, `ratio` = min(1, S / J); the key's noise, calibrated to S at
+        this budget, is the noise calibrated to J at the full budget (or more)."""
+        if self.joint_mass is None:
+            raise ValueError("joint calibration needs a joint_mass (a cap across keys)")
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"ratio must be in (0, 1]; got {ratio!r}")
+        if rho is not None:
+            return {"rho": rho * ratio * ratio if ratio < 1.0 else rho}
+        return {"epsilon": epsilon * ratio if ratio < 1.0 else epsilon}
 
 
 def canonical(value) -> tuple:
