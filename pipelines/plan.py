@@ -2,7 +2,13 @@
 privacy budget and contribution bounds, and the recommendation.
 
     python3 -m pipelines.plan --horizon T (--epsilon E | --rho R | --epsilon E --delta d)
-        [--max-contributions k] [--interval-bound D] [--metric max|mean] [--top N] [--json]
+        [--max-contributions k] [--interval-bound D] [--max-keys-per-unit m [--split]]
+        [--metric max|mean] [--top N] [--json]
+
+With m > 1 keys per unit, each row is calibrated as the release would be: jointly (a unit's k
+caps its total over all keys, as ContinualCount/ContinualSum declare: each key keeps the full
+budget, up to the discrete square root's rounding term) or, with --split (per-key budgets, as
+CountDistinct and DegreeCount), budget / m per key.
 
 Rows whose only difference is an option with no effect at this horizon (e.g. `sparsify` when
 no node is unused) are shown once, with that option marked `either`; an option that changes
@@ -16,7 +22,7 @@ import json
 import math
 import sys
 
-from transforms.mechanisms.choose import METRICS, choose
+from transforms.mechanisms.choose import METRICS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +75,11 @@ def parser() -> argparse.ArgumentParser:
                    help="k: the l1 mass one unit adds to a key's difference stream (default 1)")
     p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=1,
                    help="D: the bound on any interval sum of that change (default 1)")
+    p.add_argument("--max-keys-per-unit", type=_positive_int("max-keys-per-unit"), default=1,
+                   help="m: keys one unit can change (default 1)")
+    p.add_argument("--split", action="store_true",
+                   help="with m > 1: budget / m per key (no cap across keys), instead of the "
+                        "joint calibration of counts and sums")
     p.add_argument("--metric", choices=METRICS, default="max",
                    help="sort and recommend by the largest (max, default) or the mean per-step "
                         "standard error")
@@ -125,14 +136,25 @@ def privacy_from(args) -> dict:
     return privacy
 
 
+def calibrated_rows(args, privacy: dict):
+    """The candidates as a release with these bounds would calibrate them."""
+    from transforms.continual import choose_calibrated
+    from transforms.mechanisms.privacy import PrivacyBudget
+    from transforms.streams.records import Declaration
+    k, m = args.max_contributions, args.max_keys_per_unit
+    declaration = Declaration(args.interval_bound, k, m, "unit",
+                              joint_mass=None if args.split else k)
+    return choose_calibrated(args.horizon, PrivacyBudget.resolve(**privacy), declaration,
+                             args.metric, noise=args.noise)
+
+
 def main(argv=None) -> int:
     try:
         args = parser().parse_args(argv)
         privacy = privacy_from(args)
         if args.horizon > 1 << 24:
             raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
-        best, rows = choose(args.horizon, privacy, args.max_contributions, args.interval_bound,
-                            args.metric, noise=args.noise)
+        best, rows = calibrated_rows(args, privacy)
     except (_UsageError, ValueError) as error:
         message = str(error)
         print(f"error: {message if message.endswith('.') else message + '.'}", file=sys.stderr)
@@ -142,13 +164,19 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"horizon": args.horizon, "privacy": privacy,
                           "max_contributions": args.max_contributions,
+                          "max_keys_per_unit": args.max_keys_per_unit,
                           "interval_bound": args.interval_bound, "metric": args.metric,
                           "rows": [r.row() for r in rows], "recommended": best.row()},
                          indent=2))
         return 0
     budget = ", ".join(f"{k}={v}" for k, v in privacy.items())
+    keys = ("" if args.max_keys_per_unit == 1 else
+            f", on at most {args.max_keys_per_unit} keys ("
+            + ("budget split over them" if args.split else
+               "k caps the total over them: joint calibration") + ")")
     print(f"T = {args.horizon}, {budget}, one unit changes a key's difference stream by a vector "
-          f"of S_(D={args.interval_bound}, k={args.max_contributions}); sorted by {key}:\n")
+          f"of S_(D={args.interval_bound}, k={args.max_contributions}){keys}; sorted by "
+          f"{key}:\n")
     print(f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}  state")
     for r in rows:
         params = ",".join(f"{k}={v}" for k, v in r.params.items()

@@ -171,12 +171,21 @@ def main(argv=None) -> int:
 
 
 def plan_command(descriptor: dict) -> str:
-    """The `pipelines.plan` command that shows the table `auto` chose from."""
-    budget = " ".join(f"--{k} {v:g}" for k, v in sorted(descriptor["key_budget"].items()))
+    """The `pipelines.plan` command that prints the table `auto` chose from."""
+    total = descriptor["budget"]
+    if total.get("delta") is not None:
+        budget = f"--epsilon {total['epsilon']:g} --delta {total['delta']:g}"
+    elif total.get("epsilon") is not None:
+        budget = f"--epsilon {total['epsilon']:g}"
+    else:
+        budget = f"--rho {total['rho']:g}"
     declaration = descriptor["declaration"]
+    keys = declaration["keys_per_unit"]
     return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
             f"--max-contributions {declaration['max_contributions']} "
             f"--interval-bound {declaration['interval_bound']}"
+            + (f" --max-keys-per-unit {keys}" if keys > 1 else "")
+            + (" --split" if keys > 1 and declaration.get("joint_mass") is None else "")
             + (" --noise float" if descriptor["noise"] in ("laplace", "gaussian") else ""))
 
 

@@ -84,6 +84,45 @@ def calibrate(mechanism, declaration: Declaration, budget: PrivacyBudget,
     return Calibration(SPLIT, split, s, j)
 
 
+def _full(budget: PrivacyBudget) -> dict:
+    return {"epsilon": budget.epsilon} if budget.noise == "laplace" else {"rho": budget.rho}
+
+
+def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declaration,
+                      metric: str = "max", noise: str = "discrete"):
+    """(best, rows): every candidate's exact errors under the calibration it would be released
+    with (the split over `keys_per_unit`, or the joint one: `calibrate`), for the auto choice
+    and `pipelines.plan`. Each row's `calibration` says which."""
+    k, d = declaration.max_contributions, declaration.interval_bound
+    split = (declaration.budget_share(epsilon=budget.epsilon) if budget.noise == "laplace"
+             else declaration.budget_share(rho=budget.rho))
+    order = (lambda c: (c.max_se, c.mean_se)) if metric == "max" else (
+        lambda c: (c.mean_se, c.max_se))
+    if declaration.joint_mass is None or declaration.keys_per_unit == 1:
+        _, rows = choose(horizon, split, k, d, metric, noise=noise)
+        rows = [dataclasses.replace(r, calibration=SPLIT) for r in rows]
+        return min(rows, key=order), rows
+    full = _full(budget)
+    _, full_rows = choose(horizon, full, k, d, metric, noise=noise)
+    split_rows, rows = None, []
+    for row in full_rows:
+        probe = make(row.mechanism, horizon, **full, max_contributions=k, interval_bound=d,
+                     noise_source=ConstantNoiseSource(0.0), noise=noise, **row.params)
+        calibration = calibrate(probe, declaration, budget, row.sensitivity)
+        if calibration.kind == JOINT and calibration.key_privacy == full:
+            rows.append(dataclasses.replace(row, calibration=JOINT))
+        elif calibration.kind == JOINT:
+            rows += [dataclasses.replace(r, calibration=JOINT) for r in evaluate(
+                horizon, calibration.key_privacy, k, d,
+                specs=[(row.mechanism, dict(row.params))], noise=noise)]
+        else:
+            if split_rows is None:
+                split_rows = choose(horizon, split, k, d, metric, noise=noise)[1]
+            rows += [dataclasses.replace(r, calibration=SPLIT) for r in split_rows
+                     if r.mechanism == row.mechanism and r.params == row.params]
+    return min(rows, key=order), rows
+
+
 class ContinualResult(NamedTuple):
     """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
@@ -198,31 +237,8 @@ class _ContinualBase(beam.PTransform):
     def _auto(self) -> Tuple[str, dict]:
         """`mechanism="auto"`: the lowest MaxSE (then MeanSE) over every candidate, each under
         the calibration it would actually be released with."""
-        declaration = self.problem.declaration
-        horizon, k, d = (self.steps.horizon, declaration.max_contributions,
-                         declaration.interval_bound)
-        split = self._key_privacy()
-        if declaration.joint_mass is None or declaration.keys_per_unit == 1:
-            best, _ = choose(horizon, split, k, d, noise=self.noise_kind)
-            return best.mechanism, dict(best.params)
-        _, full_rows = choose(horizon, self._full_privacy(), k, d, noise=self.noise_kind)
-        split_rows = None
-        rows = []
-        for row in full_rows:
-            probe = self._build(row.mechanism, self._full_privacy(), dict(row.params))
-            calibration = calibrate(probe, declaration, self.budget, row.sensitivity)
-            if calibration.kind == JOINT and calibration.key_privacy == self._full_privacy():
-                rows.append(row)
-            elif calibration.kind == JOINT:
-                rows += evaluate(horizon, calibration.key_privacy, k, d,
-                                 specs=[(row.mechanism, dict(row.params))],
-                                 noise=self.noise_kind)
-            else:
-                if split_rows is None:
-                    split_rows = choose(horizon, split, k, d, noise=self.noise_kind)[1]
-                rows += [r for r in split_rows if r.mechanism == row.mechanism
-                         and r.params == row.params]
-        best = min(rows, key=lambda c: (c.max_se, c.mean_se))
+        best, _ = choose_calibrated(self.steps.horizon, self.budget, self.problem.declaration,
+                                    noise=self.noise_kind)
         return best.mechanism, dict(best.params)
 
     def _release_config(self) -> ReleaseConfig:

@@ -190,3 +190,23 @@ def test_run_summary_json_is_public_and_names_why_the_mechanism_won(tmp_path, ca
         public["mechanism"], public["mechanism_params"])
     # the operator part: exact counts that add up (events in the horizon >= those cut)
     assert operator["events_in_window"] >= sum(operator["truncated"].values()) > 0
+
+
+@pytest.mark.parametrize("name,changes", [
+    ("active_users", {}), ("active_users", {"max_keys_per_unit": 3}), ("seconds_on_page", {}),
+    ("cart_items", {"max_keys_per_unit": 2}), ("friend_degrees", {}), ("signups", {})])
+def test_the_plan_command_a_run_names_recommends_what_auto_chose(name, changes, capsys):
+    from pipelines import config as job_config
+    from pipelines import plan
+    from transforms.release import NoNoise
+    job = job_config.load(f"demo:{name}")
+    job = job.replace(bounds=dict(job.bounds, **changes),
+                      secret=job_config.SecretSpec(insecure=True))
+    transform = job_run.build_transform(job, noise_source=NoNoise())
+    command = job_run.plan_command(transform.descriptor).split()
+    capsys.readouterr()
+    assert plan.main(command[3:] + ["--json"]) == 0
+    recommended = json.loads(capsys.readouterr().out)["recommended"]
+    assert (recommended["mechanism"], recommended["params"]) == (
+        transform.descriptor["mechanism"], transform.descriptor["params"])
+    assert recommended["calibration"] == transform.descriptor["calibration"]

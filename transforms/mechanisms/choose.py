@@ -23,6 +23,7 @@ class Candidate:
     mean_se: float
     sensitivity: float
     state: str
+    calibration: str = "split"   # over the keys a unit touches: "split" or "joint"
 
     def row(self) -> dict:
         return dataclasses.asdict(self)
