@@ -92,6 +92,17 @@ def _figure():
     return plt
 
 
+def _finish(plt, figure, axis, xlabel, ylabel, title, path, legend_size=8):
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=legend_size)
+    figure.tight_layout()
+    figure.savefig(path, metadata=PNG_METADATA)
+    plt.close(figure)
+
+
 def plot_horizon(table, exponents, path):
     plt = _figure()
     figure, axis = plt.subplots(figsize=(8, 4.5), dpi=100)
@@ -102,14 +113,8 @@ def plot_horizon(table, exponents, path):
         axis.plot(horizons, values, marker="o", ms=3, label=label, **style)
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
-    axis.set_xlabel("horizon T (steps)")
-    axis.set_ylabel("MaxSE (largest per-step std. dev.)")
-    axis.set_title("Continual counting at rho = 1/2 (zCDP), one contribution per unit")
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=7, loc="upper left")
-    figure.tight_layout()
-    figure.savefig(path, metadata=PNG_METADATA)
-    plt.close(figure)
+    _finish(plt, figure, axis, "horizon T (steps)", "MaxSE (largest per-step std. dev.)",
+            "Continual counting at rho = 1/2 (zCDP), one contribution per unit", path, 7)
 
 
 def plot_distinct(relative, ks, horizon, path):
@@ -121,15 +126,9 @@ def plot_distinct(relative, ks, horizon, path):
                                                            "(Jain et al.)")
     axis.set_xscale("log", base=2)
     axis.set_ylim(0, 1.6)
-    axis.set_xlabel("maximum flippancy k")
-    axis.set_ylabel("MaxSE relative to the baseline")
-    axis.set_title(f"CountDistinct on S(1,k), T = 2^{int(math.log2(horizon))}, exact "
-                   f"sensitivities")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, metadata=PNG_METADATA)
-    plt.close(figure)
+    _finish(plt, figure, axis, "maximum flippancy k", "MaxSE relative to the baseline",
+            f"CountDistinct on S(1,k), T = 2^{int(math.log2(horizon))}, exact sensitivities",
+            path)
 
 
 def plot_smooth(stds, path):
@@ -137,15 +136,8 @@ def plot_smooth(stds, path):
     figure, axis = plt.subplots(figsize=(8, 4), dpi=100)
     for name, values in stds.items():
         axis.plot(np.arange(1, values.shape[0] + 1), values, lw=1.0, label=name)
-    axis.set_xlabel("step t")
-    axis.set_ylabel("per-step std. dev.")
-    axis.set_title(f"Smooth binary (seed 002) vs binary tree, T = {SMOOTH_HORIZON}, "
-                   f"rho = 1/2")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, metadata=PNG_METADATA)
-    plt.close(figure)
+    _finish(plt, figure, axis, "step t", "per-step std. dev.",
+            f"Smooth binary (seed 002) vs binary tree, T = {SMOOTH_HORIZON}, rho = 1/2", path)
 
 
 def markdown(table, exponents, relative, ks, stds) -> str:

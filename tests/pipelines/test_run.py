@@ -147,12 +147,17 @@ def test_config_file_problems_are_one_line(tmp_path, capsys):
         assert err.count("\n") == 1 and message in err, err
 
 
-def test_a_job_prints_no_warning_and_reports_truncation_to_the_operator(tmp_path, capfd):
+def active_users_12_hours(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 12
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_job_prints_no_warning_and_reports_truncation_to_the_operator(tmp_path, capfd):
+    path = active_users_12_hours(tmp_path)
     assert job_run.main(["--config", str(path)]) == 0
     out, err = capfd.readouterr()
     assert "WARNING" not in err and "Traceback" not in err, err
@@ -165,11 +170,7 @@ def test_a_job_prints_no_warning_and_reports_truncation_to_the_operator(tmp_path
 
 
 def test_run_summary_json_is_public_and_names_why_the_mechanism_won(tmp_path, capsys):
-    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
-    config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
-    config["steps"]["horizon"] = 12
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = active_users_12_hours(tmp_path)
     capsys.readouterr()
     assert job_run.main(["--config", str(path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
