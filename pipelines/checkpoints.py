@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -91,6 +92,33 @@ def write_manifest(folder: str) -> str:
     text = json.dumps({"format": 1, "files": files}, indent=2, sort_keys=True)
     write_text(join(folder, MANIFEST), text)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def marker_mac(secret: SecretRef, release_id: str, steps, manifest_sha256: str) -> str:
+    """HMAC-SHA256 under the release's secret of what a commit marker vouches for: the release,
+    its steps and the manifest (which lists every checkpoint file's SHA-256). Without the
+    secret, nobody who can write the state directory can make a run resume from altered unit
+    states (a reset contribution count would spend the budget again on that unit) or key
+    states."""
+    message = json.dumps({"release_id": release_id, "steps": list(steps),
+                          "manifest_sha256": manifest_sha256}, sort_keys=True)
+    return hmac.new(secret.secret_bytes(), b"dp-continual-release/checkpoint\x00"
+                    + message.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def verify_marker(marker: dict, secret: SecretRef, path: str) -> str:
+    """The marker's manifest SHA-256, once its MAC verifies under the secret."""
+    try:
+        expected = marker_mac(secret, str(marker["release_id"]), marker["steps"],
+                              str(marker["manifest_sha256"]))
+        given = str(marker["manifest_mac"])
+    except (KeyError, TypeError):
+        given, expected = "", "x"
+    if not hmac.compare_digest(given, expected):
+        job_config.fail("checkpoint", "committed under this release's secret (its commit marker's "
+                                      "MAC does not verify: altered, or written by another "
+                                      "secret or an older version)", path)
+    return str(marker["manifest_sha256"])
 
 
 def verify_checkpoint(folder: str, manifest_sha256: str) -> None:

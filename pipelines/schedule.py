@@ -53,13 +53,16 @@ from pipelines.checkpoints import (COMMITTED, LEDGER, NEW_STATE_DIRECTORY, Concu
                                    check_ledger, committed_checkpoints, create_if_absent,
                                    fingerprint, join, marker_path, read_json, read_states,
                                    remove_stale_checkpoints, stored_secret, verify_checkpoint,
-                                   write_manifest, write_states, write_text)
+                                   write_manifest, write_states, write_text, marker_mac,
+                                   verify_marker)
 
 
-def committed_manifest(state_dir, checkpoints) -> str:
-    """The manifest SHA-256 the last commit marker recorded."""
+def committed_manifest(state_dir, checkpoints, secret) -> str:
+    """The manifest SHA-256 the last commit marker recorded, once the marker's MAC verifies
+    under the release's secret."""
     start = checkpoints[-2][0] if len(checkpoints) > 1 else 0
-    return read_json(marker_path(state_dir, start)).get("manifest_sha256", "")
+    path = marker_path(state_dir, start)
+    return verify_marker(read_json(path), secret, path)
 from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
 from transforms.stages import StepWindow
 
@@ -92,7 +95,13 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     released, previous = checkpoints[-1] if checkpoints else (0, None)
     ledger = None
     if previous:
-        verify_checkpoint(previous, committed_manifest(state_dir, checkpoints))
+        try:  # another secret: say so first (its MAC below could never verify)
+            started = read_json(join(previous, LEDGER)).get("secret_fingerprint")
+        except (OSError, IOError, ValueError, AttributeError):
+            started = None
+        if started is not None and started != secret_fingerprint:
+            check_ledger({"secret_fingerprint": started}, job, secret_fingerprint)
+        verify_checkpoint(previous, committed_manifest(state_dir, checkpoints, secret))
         ledger = read_json(join(previous, LEDGER))
         check_ledger(ledger, job, secret_fingerprint)
         transform = job_run.build_transform(
@@ -133,8 +142,10 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         "config": fingerprint(job), "runs": runs}, indent=2, sort_keys=True, default=str))
     manifest = write_manifest(folder)
     marker = json.dumps({"checkpoint": folder, "steps": [released, complete],
-                         "release_id": transform.release_id,
-                         "manifest_sha256": manifest}).encode("utf-8")
+                         "release_id": transform.release_id, "manifest_sha256": manifest,
+                         "manifest_mac": marker_mac(secret, transform.release_id,
+                                                    [released, complete], manifest)}
+                        ).encode("utf-8")
     if not create_if_absent(marker_path(state_dir, released), marker):
         raise ConcurrentRun(f"another run already committed steps from {released} in the "
                             f"state directory {state_dir}; this run published nothing")

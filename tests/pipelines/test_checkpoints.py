@@ -4,12 +4,15 @@ silent resume. Killed runs' folders are cleaned by the next run."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 
 import pytest
 
 from pipelines import checkpoints, schedule
+from pipelines import config as job_config
+from transforms.streams import codec
 from tests.pipelines.test_schedule import ORIGIN, HOUR, continuous, records_of, write_config
 
 
@@ -91,3 +94,33 @@ def test_stale_folders_of_killed_runs_are_removed_and_the_release_converges(tmp_
     final = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
     assert not os.path.exists(stale) and os.path.exists(pending)
     assert records_of(final["records"]) == continuous(tmp_path, config)
+
+
+def test_a_reset_contribution_count_with_a_recomputed_manifest_is_refused(committed_state,
+                                                                            tmp_path):
+    """The attack a state-directory writer has without the secret: reset a unit's truncation
+    state (its contributions would count again: the budget spent twice on it), recompute the
+    manifest and the marker's SHA-256. The marker's MAC under the release's secret refuses it."""
+    config, original = committed_state
+    state = str(tmp_path / "state")
+    shutil.copytree(original, state)
+    marker_file = checkpoints.marker_path(state, 0)
+    marker = json.loads(open(marker_file).read().replace(original, state))
+    folder = marker["checkpoint"]
+    units = _first_file(folder, "units-*")
+    lines = open(units).read().splitlines()
+    unit, used = codec.loads(lines[0])
+    fresh = ((), {})  # an item's state before any flip (cart_items: count_distinct)
+    assert used != fresh  # the item did contribute
+    open(units, "w").write("\n".join([codec.dumps((unit, fresh))] + lines[1:]) + "\n")
+    marker["manifest_sha256"] = checkpoints.write_manifest(folder)  # what an attacker can do
+    open(marker_file, "w").write(json.dumps(marker))
+    with pytest.raises(ValueError, match=r"^`checkpoint` must be committed under this "
+                                         r"release's secret \(its commit marker's MAC"):
+        schedule.run_once(config, state, ORIGIN + 8 * HOUR)
+    # the control: the same edit with the MAC recomputed under the secret is accepted
+    secret = job_config.load(config).secret.ref()
+    marker["manifest_mac"] = checkpoints.marker_mac(secret, marker["release_id"],
+                                                    marker["steps"], marker["manifest_sha256"])
+    open(marker_file, "w").write(json.dumps(marker))
+    schedule.run_once(config, state, ORIGIN + 8 * HOUR)
