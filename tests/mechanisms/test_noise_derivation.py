@@ -22,6 +22,9 @@ GOLDEN = {
     ('v3/kary_subtraction/1', 'rho'): 'f19ae2a5f81ed6b2',
     ('v3/smooth_binary/1', 'epsilon'): 'c2149c5055e7c0b8',
     ('v3/smooth_binary/1', 'rho'): '26e0cbf5b57aaa9e',
+    # 2: compact node indexing (a node's noise index is its rank among the level's usable nodes)
+    ('v3/smooth_binary/2', 'epsilon'): 'c83b8cc3dc0147a9',
+    ('v3/smooth_binary/2', 'rho'): '174eb853f9ed19dc',
     ('v3/sqrt_toeplitz/1', 'rho'): 'c22c59cc819ecfe2',
     ('v3/naive_composition/1', 'epsilon'): '333842f373bcf54b',
     ('v3/naive_composition/1', 'rho'): '0dac7bfed83e4500',

@@ -116,10 +116,30 @@ class KeyedNoiseSource(NoiseSource):
     def _raw_block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
         if isinstance(distribution, DiscreteSampler):
             return self._discrete_blocks(distribution, stream, level, block, 1)
-        h = self._keyed.copy()
-        h.update(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream
-                 + struct.pack("<qq", level, block))
-        raw = h.digest(8 * self.BLOCK)
+        return self._float_blocks(distribution, stream, level, block, 1)
+
+    def _digests(self, prefix: bytes, level: int, first: int, blocks: int, size: int) -> bytes:
+        """SHAKE-128(key, prefix, level, b) read to `size` bytes, for b = first ..
+        first+blocks-1, concatenated. The keyed state after `prefix` is copied once (absorbing
+        prefix then (level, b) is absorbing their concatenation: the same output)."""
+        base = self._keyed.copy()
+        base.update(prefix)
+        pack, copy = struct.Struct("<qq").pack, base.copy
+        parts = []
+        for b in range(first, first + blocks):
+            h = copy()
+            h.update(pack(level, b))
+            parts.append(h.digest(size))
+        return parts[0] if blocks == 1 else b"".join(parts)
+
+    def _float_blocks(self, distribution, stream: bytes, level: int, first: int,
+                      blocks: int) -> np.ndarray:
+        """Nodes of `blocks` consecutive blocks from `first`. Block b is
+        SHAKE-128(key, tag, stream, level, b) read to BLOCK words, converted element-wise
+        (Laplace) or in (even, odd) pairs that never straddle blocks (Gaussian), so converting
+        many blocks in one pass gives each node the same value as block by block."""
+        raw = self._digests(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream))
+                            + stream, level, first, blocks, 8 * self.BLOCK)
         if distribution == LAPLACE:
             return standard_laplace_from_words(np.frombuffer(raw, dtype="<u8"))
         return standard_gaussian_from_uniform(_uniform_open(raw))
@@ -160,8 +180,7 @@ class KeyedNoiseSource(NoiseSource):
         elif isinstance(distribution, DiscreteSampler):  # batch: one vectorised pass, no cache
             joined = self._discrete_blocks(distribution, key, level, first, last + 1 - first)
         else:
-            joined = np.concatenate([self._raw_block(distribution, key, level, b)
-                                     for b in range(first, last + 1)])
+            joined = self._float_blocks(distribution, key, level, first, last + 1 - first)
         return joined[offset:offset + count]
 
     def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
@@ -171,16 +190,12 @@ class KeyedNoiseSource(NoiseSource):
         node's uniform), then BLOCK sign bits; node i's own stream ("T", its index) gives the
         rarely needed low bits and exact tail."""
         n = self.BLOCK
-        top = np.empty(blocks * n, dtype=np.uint64)
-        negative = np.empty(blocks * n, dtype=bool)
-        prefix = b"D" + _length_prefixed(sampler.tag, stream)
-        for j in range(blocks):
-            h = self._keyed.copy()
-            h.update(prefix + struct.pack("<qq", level, first + j))
-            raw = h.digest(8 * n + n // 8)  # n top words, then n sign bits
-            top[j * n:(j + 1) * n] = np.frombuffer(raw, dtype="<u8", count=n)
-            negative[j * n:(j + 1) * n] = np.unpackbits(
-                np.frombuffer(raw, dtype=np.uint8, offset=8 * n), bitorder="little")
+        raw = np.frombuffer(self._digests(b"D" + _length_prefixed(sampler.tag, stream), level,
+                                          first, blocks, 8 * n + n // 8),
+                            dtype=np.uint8).reshape(blocks, 8 * n + n // 8)
+        top = raw[:, :8 * n].copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
+        negative = np.unpackbits(raw[:, 8 * n:], axis=1,  # per block n words, n sign bits
+                                 bitorder="little").reshape(-1).view(bool)
 
         def node_bits(i: int) -> BitStream:  # the node's own stream (rarely used)
             node = self._keyed.copy()

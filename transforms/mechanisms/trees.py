@@ -18,6 +18,7 @@ Options: `sparsify` zeroes the rows of R of nodes no step <= T uses (seed 004 Se
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import List, Optional, Tuple
 
@@ -450,6 +451,9 @@ class SmoothBinary(TreeMechanism):
 
     name = "smooth_binary"
     prefix_is_step = False
+    # 2: compact node indexing (`compact_index`): the noise index of a node is its rank among
+    # the level's usable nodes, so derived noise blocks are dense (1 indexed by parent).
+    node_indexing = 2
 
     def __init__(self, horizon, budget, noise_source, *, prune: bool = False, **kwargs):
         self.arity = 2
@@ -462,6 +466,10 @@ class SmoothBinary(TreeMechanism):
             check.fail("horizon", "small enough for a 60-level smooth tree", self.horizon)
         self.height = h
         self._binom = _binomial_table(h)
+        # _binom_cum[n][c + 1] = sum_{j <= c} C(n, j) for -1 <= c <= n (Python ints)
+        self._binom_cum = [[0] + list(itertools.accumulate(math.comb(n, j)
+                                                           for j in range(n + 1)))
+                           for n in range(h + 1)]
 
     def balanced(self, rank: np.ndarray) -> np.ndarray:
         """The rank-th (0-based) h-bit integer with h/2 ones."""
@@ -591,22 +599,99 @@ class SmoothBinary(TreeMechanism):
     def _prefix_leaves_one(self, step):
         return self._balanced_one(step)
 
-    # ----- batch fast path ---------------------------------------------------------------------
-    _WINDOW_MIN = 1 << 16  # node values are read in aligned windows of >= this many nodes
+    # ----- compact node indexing (node_indexing = 2) -----------------------------------------
+    # Level l uses node 2p (the left child of parent p = m >> (l + 1)) exactly when bit l of a
+    # balanced m is 1, so p is an (h - l - 1)-bit number whose popcount lies in
+    # [h/2 - 1 - l, h/2 - 1] (the l bits below l must hold the remaining ones). The noise index
+    # of that node is the rank of p among those numbers: every usable node has its own index and
+    # the indices of any run of steps are consecutive (below), so the derived noise blocks hold
+    # no unusable nodes (with parent indexing, 1, they were about 1/3 used at T = 2^20).
+    def _compact_bounds(self, level: int) -> Tuple[int, int, int]:
+        """(bits of p, least popcount, largest popcount) of the usable parents at `level`."""
+        half = self.height // 2
+        return self.height - level - 1, max(half - 1 - level, 0), half - 1
 
-    # With m = prefix_leaves(t), level l contributes the value of node m >> (l + 1) (the left
-    # child of the path's parent) when bit l of m is 1, and everything at level l is a function
-    # of q = m >> l. As m increases with t, the distinct q of a run of steps are the distinct
-    # values of a sorted array; partial totals are accumulated on them from the top down,
-    # acc_l[q] = acc_{l+1}[q >> 1] + contribution_l(q): per step, the same additions in the same
-    # order as the per-step generic path and the streaming path, so the results are identical.
-    # Node values are read once per level over contiguous ranges, as `_pick` does (so the same
-    # node gets the same noise); digits are never negative here, so `signed` changes nothing.
+    def _compact_terms(self, level: int) -> List[List[int]]:
+        """terms[bit][ones]: the usable parents that agree with a parent above `bit`, have 0 at
+        `bit` (where the parent has 1) and `ones` ones above it, i.e. the (bit)-bit tails whose
+        popcount completes to [least, most]."""
+        terms = self._cache.setdefault("compact_terms", {}).get(level)
+        if terms is None:
+            bits, least, most = self._compact_bounds(level)
+            cum = self._binom_cum
+            terms = [[cum[bit][min(max(most - ones, -1), bit) + 1]
+                      - cum[bit][min(max(least - ones - 1, -1), bit) + 1]
+                      for ones in range(bits + 1)] for bit in range(bits)]
+            self._cache["compact_terms"][level] = terms
+        return terms
+
+    def compact_index(self, level: int, parent: int) -> int:
+        """Noise index of node 2 * parent of `level`: the number of usable parents below it."""
+        terms = self._compact_terms(level)
+        rank, ones = 0, 0
+        while parent:  # set bits from the top
+            bit = parent.bit_length() - 1
+            rank += terms[bit][ones]
+            ones += 1
+            parent ^= 1 << bit
+        return rank
+
+    def compact_indices(self, level: int, parents: np.ndarray) -> np.ndarray:
+        """`compact_index` of many parents (vectorised; the reference for tests)."""
+        bits, least, most = self._compact_bounds(level)
+        parents = np.asarray(parents, dtype=np.int64)
+        table = np.array([row + [row[-1]] * (self.height + 2 - len(row))
+                          for row in self._binom_cum], dtype=np.int64)
+        rank = np.zeros(parents.shape, dtype=np.int64)
+        ones = np.zeros(parents.shape, dtype=np.int64)
+        for bit in range(bits - 1, -1, -1):
+            set_ = ((parents >> bit) & 1).astype(bool)
+            hi = np.clip(most - ones, -1, bit) + 1
+            lo = np.clip(least - ones - 1, -1, bit) + 1
+            rank = rank + np.where(set_, table[bit, hi] - table[bit, lo], 0)
+            ones = ones + set_
+        return rank
+
+    def _node_noise(self, level, first, count):
+        """Noise of the nodes with compact indices first .. first+count-1 of `level`."""
+        return self._draw(level, first, count)
+
+    def _unit_noise_one(self, step: int) -> float:
+        """Streaming: the additions of `_combine` for one step, in the same order (top level
+        first; 0.0 for a level whose bit is 0; a pruned node's value times 0.0)."""
+        m, half = self._balanced_one(step), self.height // 2
+        total = 0.0
+        for level in range(self.height - 1, -1, -1):
+            contribution = 0.0
+            if (m >> level) & 1:
+                parent = m >> (level + 1)
+                value = float(self._node_noise(level, self.compact_index(level, parent), 1)[0])
+                if self.prune:  # data free iff the bits of m below `level` are all ones
+                    value = value * (0.0 if half - bin(m >> level).count("1") == level
+                                     else 1.0)
+                contribution = value
+            total = total + contribution
+        return total
+
+    # ----- batch fast path ---------------------------------------------------------------------
+    # With m = prefix_leaves(t), level l contributes the value of node 2 (m >> (l + 1)) (the
+    # left child of the path's parent) when bit l of m is 1, and everything at level l is a
+    # function of q = m >> l. As m increases with t, the distinct q of a run of steps are the
+    # distinct values of a sorted array; partial totals are accumulated on them from the top
+    # down, acc_l[q] = acc_{l+1}[q >> 1] + contribution_l(q): per step, the same additions in the
+    # same order as the streaming path, so the results are identical. The parents p = q >> 1 of
+    # the odd q of a run of consecutive balanced m are every usable parent between the first and
+    # the last (a usable p between them has a balanced completion between their m), so their
+    # compact indices are one contiguous range: one read per level, O(count) memory.
+    def _unit_noise(self, start, count):
+        if count == 1:
+            return np.array([self._unit_noise_one(start + 1)])
+        return self._combine(start, count, self._node_noise, signed=True)
+
     def _combine(self, start, count, values, signed):
         if count <= 0:
             return np.zeros(0, dtype=np.float64)
         prefixes, parents = self._distinct_prefixes(self._balanced_range(start + 1, count))
-        window = max(self._WINDOW_MIN, 1 << (count - 1).bit_length())  # memory O(count)
         acc = None
         for level in range(self.height - 1, -1, -1):
             q = prefixes[level]
@@ -618,7 +703,7 @@ class SmoothBinary(TreeMechanism):
             if rows.shape[0]:
                 # Adding the 0 of an even q (or of a pruned node) would leave acc unchanged: acc
                 # starts at +0.0 and a sum is -0.0 only if both terms are, so it never is.
-                acc[rows] += self._level_values(level, q[rows], values, window)
+                acc[rows] += self._level_values(level, q[rows], values)
         return acc
 
     def _distinct_prefixes(self, prefix_leaves: np.ndarray):
@@ -653,24 +738,20 @@ class SmoothBinary(TreeMechanism):
             used.append(marks)
         return used
 
-    def _level_values(self, level, odd_prefixes, values, window) -> np.ndarray:
-        """Value of node q >> 1 of `level` for each (sorted, distinct, odd) q = m >> level, times
-        0 if it is data free and pruning. Values are read in aligned windows of `window` nodes,
-        each one contiguous range from its first to its last needed node."""
-        nodes = odd_prefixes >> 1
-        picked = np.empty(nodes.shape[0], dtype=np.float64)
-        first_window, last_window = int(nodes[0]) // window, int(nodes[-1]) // window
-        bounds = np.arange(first_window + 1, last_window + 1, dtype=np.int64) * window
-        cuts = [0] + np.searchsorted(nodes, bounds).tolist() + [nodes.shape[0]]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            if b > a:
-                first, last = int(nodes[a]), int(nodes[b - 1])
-                picked[a:b] = values(level, first, last - first + 1)[nodes[a:b] - first]
+    def _level_values(self, level, odd_prefixes, values) -> np.ndarray:
+        """Value of node 2 (q >> 1) of `level` for each (sorted, distinct, odd) q = m >> level
+        of a run of consecutive steps, times 0 if it is data free and pruning; `values` is
+        indexed by compact index."""
+        count = odd_prefixes.shape[0]
+        first = self.compact_index(level, int(odd_prefixes[0]) >> 1)
+        if self.compact_index(level, int(odd_prefixes[-1]) >> 1) != first + count - 1:
+            raise AssertionError("the used parents of a run are not contiguous usable parents")
+        picked = values(level, first, count)
         if self.prune:
             # The left child of node q >> 1 holds the numbers below m with the same bits above
             # `level`; it holds a data leaf (rank < t <= T) unless it holds no balanced number,
             # i.e. unless the `level` bits of m below `level` are all ones: h/2 - popcount(q)
-            # = level. As in `_children`, its value is multiplied by 0.0 (keep) or 1.0.
+            # = level. Its value is multiplied by 0.0 (free) or 1.0, as in streaming.
             free = self.height // 2 - popcount(odd_prefixes) == level
             picked = picked * (~free).astype(np.float64)
         return picked
