@@ -140,6 +140,53 @@ def test_streaming_buffers_are_kept_per_stream_and_re_derived_when_missing():
     assert 8 * (mechanism.buffers + 2) <= 128  # the per-stream memory
 
 
+def test_scalar_steps_mix_with_advance_and_cache_loss_bit_for_bit():
+    """The one-step kernel (in place on the stream's entry) is the batch kernel for one z:
+    steps, chunks of `advance`, a lost cache and another stream interleaved all give the batch
+    release; the entry stays [steps, acc, d buffers] (d + 2 floats per stream)."""
+    horizon = 1500
+    x = np.random.default_rng(8).normal(size=horizon) * 3
+    expected = make(horizon, epsilon=1.0, seed=6, stream="m").release(x)
+    mechanism = make(horizon, epsilon=1.0, seed=6)
+    keyed, other = mechanism.for_stream("m"), mechanism.for_stream(b"m")
+    state, other_state, outs = keyed.init_state(), other.init_state(), []
+    t = 0
+    for kind, count in (("step", 300), ("advance", 200), ("step", 250), ("lose", 0),
+                        ("step", 250), ("advance", 1), ("step", 499)):
+        if kind == "lose":
+            mechanism._cache["blt_buffers"].clear()
+        elif kind == "advance":
+            released, state = keyed.advance(state, x[t:t + count])
+            outs.extend(released.tolist())
+            t += count
+        else:
+            for _ in range(count):
+                out, state = keyed.step(state, x[t])
+                outs.append(out)
+                _, other_state = other.step(other_state, 0.0)
+                t += 1
+    assert t == horizon and np.array_equal(np.array(outs), expected)
+    entries = mechanism._cache["blt_buffers"]
+    assert set(entries) == {(str, "m"), (bytes, b"m")}
+    steps, acc, buffers = entries[(str, "m")]
+    assert steps == horizon and len(buffers) == mechanism.buffers
+    assert all(type(v) is float for v in [acc] + buffers)
+    assert outs[-1] == state.running_total + mechanism.node_scale * acc  # total + scale L z
+
+
+def test_steps_resumed_deep_in_the_horizon_re_derive_the_buffers_once():
+    horizon, middle = 1 << 12, 3000
+    x = np.ones(horizon)
+    expected = make(horizon, rho=0.5, seed=1, stream=7).release(x)
+    fresh = make(horizon, rho=0.5, seed=1).for_stream(7)  # a new process: only the state
+    state, outs = CounterState(middle, float(middle)), []
+    for t in range(middle, horizon):
+        out, state = fresh.step(state, 1)
+        outs.append(out)
+    assert np.array_equal(np.array(outs), expected[middle:])
+    assert state == CounterState(horizon, float(horizon))
+
+
 def test_discrete_noise_is_refused_and_choose_offers_blt_only_for_float_noise():
     with pytest.raises(ValueError, match=r"`noise` must be 'float' for blt"):
         make_mechanism("blt", 100, rho=0.5, seed=0)

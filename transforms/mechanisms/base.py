@@ -17,7 +17,6 @@ running total of x to L z, which it derives from the keyed noise seam. Hence:
 from __future__ import annotations
 
 import abc
-import copy
 import dataclasses
 import math
 import struct
@@ -35,6 +34,12 @@ NOISE_KINDS = ("discrete", "float")
 # Relative margin by which a discrete sampler's parameter is rounded up, so that float rounding
 # in the sensitivity or the budget can never make the noise smaller than the calibration needs.
 _PARAMETER_MARGIN = 2.0 ** -40
+# Streaming reads node noise in aligned blocks of this many nodes, keeping at most
+# _DRAW_CACHE_BLOCKS blocks per mechanism (and its for_stream copies): <= 4 MiB of float64.
+_DRAW_BLOCK = 1024
+_DRAW_CACHE_BLOCKS = 512
+# Integers of at most this magnitude convert to float64 exactly (the scalar step's fast path).
+_EXACT_INTEGER = 1 << 53
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +62,21 @@ class CounterState:
         version, steps, total = cls._FORMAT.unpack(bytes(data))
         if version != cls._VERSION:
             check.fail("state version", f"{cls._VERSION}", version)
-        return cls(steps, total)
+        return _counter_state(steps, total) if cls is CounterState else cls(steps, total)
+
+
+_new_instance = object.__new__
+
+
+def _counter_state(steps: int, running_total: float) -> CounterState:
+    """CounterState(steps, running_total) for the scalar step: the instance dict filled
+    directly, as the frozen dataclass's __init__ does through object.__setattr__ (half its
+    cost; equal, hashed and serialised alike)."""
+    state = _new_instance(CounterState)
+    fields = state.__dict__
+    fields["steps"] = steps
+    fields["running_total"] = running_total
+    return state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +213,57 @@ class ContinualMechanism(abc.ABC):
 
     def _draw(self, level: int, start: int, count: int) -> np.ndarray:
         """Node noise z of nodes start .. start+count-1 on `level`: integers (discrete) or unit
-        floats (scaled by node_scale after combining)."""
+        floats (scaled by node_scale after combining).
+
+        Small reads inside one aligned block of _DRAW_BLOCK nodes (every streaming step) are
+        served from a bounded per-mechanism cache of whole blocks, read once through the same
+        noise source call as any other read: a node's noise depends only on its (stream, level,
+        index), so the values are the same, without the source's generic per-call path."""
+        if 0 < count <= _DRAW_BLOCK and start >= 0:
+            block = start // _DRAW_BLOCK
+            offset = start - block * _DRAW_BLOCK
+            if offset + count <= _DRAW_BLOCK:
+                cache = self._cache.get("draw_blocks")
+                if cache is not None and cache[0] is self.noise_source:  # inlined cache hit
+                    stream = self.stream
+                    values = cache[1].get((type(stream), stream, level, block))
+                    if values is not None:
+                        return values[offset:offset + count]
+                return self._draw_block(level, block)[offset:offset + count]
+        return self._draw_nodes(level, start, count)
+
+    def _draw_one(self, level: int, index: int) -> float:
+        """Node noise z of node `index` on `level` as a Python float (as `_draw`)."""
+        block = index // _DRAW_BLOCK
+        cache = self._cache.get("draw_blocks")
+        if cache is not None and cache[0] is self.noise_source:  # the cached block, inlined
+            stream = self.stream
+            values = cache[1].get((type(stream), stream, level, block))
+            if values is not None:
+                return values.item(index - block * _DRAW_BLOCK)
+        if index < 0:
+            return float(self._draw_nodes(level, index, 1)[0])  # the source refuses it
+        return self._draw_block(level, block).item(index - block * _DRAW_BLOCK)
+
+    def _draw_block(self, level: int, block: int) -> np.ndarray:
+        """Nodes [block, block + 1) x _DRAW_BLOCK of `level` in this stream, cached."""
+        cache = self._cache.get("draw_blocks")
+        if cache is None or cache[0] is not self.noise_source:
+            # keyed by the source object: a mechanism given another source starts over
+            cache = self._cache["draw_blocks"] = (self.noise_source, {})
+        blocks = cache[1]
+        stream = self.stream
+        key = (type(stream), stream, level, block)
+        values = blocks.get(key)
+        if values is None:
+            values = self._draw_nodes(level, block * _DRAW_BLOCK, _DRAW_BLOCK)
+            if len(blocks) >= _DRAW_CACHE_BLOCKS:
+                del blocks[next(iter(blocks))]  # oldest first
+            blocks[key] = values
+        return values
+
+    def _draw_nodes(self, level: int, start: int, count: int) -> np.ndarray:
+        """`_draw` through the noise source's generic path (no block cache)."""
         if self.discrete:
             return self.noise_source.discrete_noise(self.sampler, self.stream, level, start,
                                                     count)
@@ -229,7 +298,9 @@ class ContinualMechanism(abc.ABC):
     def for_stream(self, stream: StreamKey) -> "ContinualMechanism":
         """The same mechanism drawing its noise for another stream (e.g. a public key)."""
         stream_bytes(stream)
-        other = copy.copy(self)
+        # copy.copy without its generic reduce protocol (a plain instance: its __dict__)
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
         other.stream = stream
         # shares the per-stream noise cache (keyed by stream) and the calibration
         self._cache.setdefault("stream_noise", {})
@@ -261,9 +332,56 @@ class ContinualMechanism(abc.ABC):
         return totals + noise, new_state
 
     def step(self, state: CounterState, value) -> Tuple[float, CounterState]:
-        """Release one step: (noisy running total, new state)."""
+        """Release one step: (noisy running total, new state).
+
+        The same checks, in the same order, and the same IEEE operations as `advance` on one
+        value (running_total + x, then + noise or + node_scale * noise), on Python floats: a
+        scalar fast path for a CounterState with an int step count and a float total and a
+        float / numpy float64 / exactly convertible int value; anything else goes through
+        `advance`."""
+        plan = self._cache.get("step_plan")
+        if plan is None:
+            plan = self._step_plan()
+        if plan is not False and type(state) is CounterState:
+            kind = type(value)
+            steps, total = state.steps, state.running_total
+            if ((kind is float or kind is np.float64
+                 or (kind is int and -_EXACT_INTEGER <= value <= _EXACT_INTEGER))
+                    and type(steps) is int and type(total) is float):
+                x = float(value)
+                if x - x != 0.0:  # nan or +-inf
+                    check.fail("values", "finite numbers", [value])
+                discrete, scale = plan
+                if discrete and not x.is_integer():
+                    check.fail("values", "integers with discrete noise (use a value grid, or "
+                                         "noise='float')", [value])
+                if steps + 1 > self.horizon:
+                    check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
+                total = total + x
+                noise = self._step_noise(steps)
+                if not discrete:
+                    noise = scale * noise
+                return total + noise, _counter_state(steps + 1, total)
         out, new_state = self.advance(state, [value])
         return float(out[0]), new_state
+
+    def _step_plan(self):
+        """(discrete, node_scale or None) for the scalar step, or False when this mechanism's
+        `advance` is not the CounterState one below (cached per mechanism)."""
+        if not self._counter_advance():
+            plan = False
+        else:
+            plan = (self.discrete, None if self.discrete else float(self.node_scale))
+        self._cache["step_plan"] = plan
+        return plan
+
+    def _counter_advance(self) -> bool:
+        """True when `advance` is ContinualMechanism.advance (then `step` may bypass it)."""
+        return type(self).advance is ContinualMechanism.advance
+
+    def _step_noise(self, start: int) -> float:
+        """(L z)[start] as a Python float: the unit noise of step start + 1 (as `_unit_noise`)."""
+        return float(self._unit_noise(start, 1)[0])
 
     def release(self, x) -> np.ndarray:
         """Noisy prefix sums of x (len(x) <= T steps), identical to len(x) calls of `step`."""

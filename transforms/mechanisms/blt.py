@@ -48,7 +48,6 @@ import numpy as np
 from transforms import validation as check
 from . import sensitivity
 from .base import ContinualMechanism
-from .noise import stream_bytes
 from .privacy import GAUSSIAN
 from . import tails
 
@@ -393,7 +392,7 @@ class BufferedToeplitz(ContinualMechanism):
 
     def _unit_noise(self, start, count):
         entries = self._cache.setdefault("blt_buffers", {})
-        key = stream_bytes(self.stream)
+        key = (type(self.stream), self.stream)
         entry = entries.pop(key, None)
         if entry is None or entry[0] != start:
             entry = (0, 0.0, [0.0] * self.buffers)
@@ -402,5 +401,40 @@ class BufferedToeplitz(ContinualMechanism):
         out, entry = self._run(entry, self._draw(0, start, count))
         while len(entries) >= _STREAM_CACHE_ENTRIES:
             entries.pop(next(iter(entries)))  # oldest first
-        entries[key] = entry
+        entries[key] = list(entry)  # [steps, acc, buffers]: `_step_noise` updates it in place
         return out
+
+    def _step_noise(self, start):
+        """(L z)[start] for one streaming step: the kernel's arithmetic for one z, on the
+        stream's cached entry in place (O(d), no arrays); otherwise `_unit_noise`."""
+        entries = self._cache.get("blt_buffers")
+        if entries is not None:
+            key = (type(self.stream), self.stream)
+            entry = entries.pop(key, None)
+            if entry is not None:
+                entries[key] = entry  # most recently used last
+                if entry[0] == start:
+                    step = self._cache.get("step_kernel") or self._step_kernel()
+                    return step(self._draw_one(0, start), entry)
+        return float(self._unit_noise(start, 1)[0])
+
+    def _step_kernel(self):
+        """`_kernel`'s loop body for one z on an entry [steps, acc, buffers], in place."""
+        d = self.buffers
+        names = ", ".join(f"b{i}" for i in range(d))
+        read = " + ".join(f"{w!r} * b{i}" for i, w in enumerate(self._weight_list))
+        update = "; ".join(f"buffers[{i}] = {t!r} * b{i} + u"
+                           for i, t in enumerate(self._theta_list))
+        source = (f"def step(zt, entry):\n"
+                  f"    buffers = entry[2]\n"
+                  f"    {names}, = buffers\n"
+                  f"    u = zt - ({read})\n"
+                  f"    {update}\n"
+                  f"    acc = entry[1] + u\n"
+                  f"    entry[1] = acc\n"
+                  f"    entry[0] += 1\n"
+                  f"    return acc\n")
+        namespace = {}
+        exec(compile(source, f"<blt step d={d}>", "exec"), namespace)  # noqa: S102
+        self._cache["step_kernel"] = namespace["step"]
+        return namespace["step"]

@@ -260,6 +260,9 @@ class SqrtToeplitz(ToeplitzMechanism):
     def init_state(self):
         return HistoryState() if self.discrete else super().init_state()
 
+    def _counter_advance(self):
+        return not self.discrete  # float noise: the base CounterState advance (and step)
+
     def advance(self, state, values):
         if not self.discrete:
             return super().advance(state, values)
