@@ -260,6 +260,9 @@ class TreeMechanism(ContinualMechanism):
 
     def _unit_noise_one(self, step: int) -> float:
         k, low = self.arity, self.digit_low
+        powers = self._cache.get("powers")
+        if powers is None:
+            powers = self._cache["powers"] = [k ** level for level in range(self.height + 1)]
         rest, digits = self._prefix_leaves_one(step), []
         for _ in range(self.height):
             digit = (rest - low) % k + low
@@ -270,10 +273,12 @@ class TreeMechanism(ContinualMechanism):
             digit = digits[level]
             contribution = 0.0
             if digit != 0:
-                parent = position // k ** (level + 1) - (digit < 0)
+                parent = position // powers[level + 1] - (digit < 0)
                 children = self._node_noise(level, parent * (k - 1), k - 1).tolist()
                 children.insert(self.unused_child, 0.0)
-                if self.prune:
+                # a child is data free iff it starts beyond the horizon; below the last child's
+                # start every factor is 1.0 and v * 1.0 == v, so the mask is skipped exactly
+                if self.prune and (parent * k + k - 1) * powers[level] >= self.horizon:
                     children = [value * (0.0 if self._data_free_one(level, parent * k + i)
                                          else 1.0) for i, value in enumerate(children)]
                 order = range(digit) if digit > 0 else range(k - 1, k - 1 + digit, -1)
@@ -282,7 +287,7 @@ class TreeMechanism(ContinualMechanism):
                     picked = children[i] if picked is None else picked + children[i]
                 contribution = picked if digit > 0 else -picked
             total = total + contribution
-            position = position + digit * k ** level
+            position = position + digit * powers[level]
         return total
 
     def node_counts(self, start: int = 0, count: Optional[int] = None) -> np.ndarray:
