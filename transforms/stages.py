@@ -5,25 +5,33 @@ run) and `pipelines.schedule` (one release over many runs, resumed from checkpoi
 one composition:
 
     events                                   timestamped elements
-    | AssignSteps(problem, steps, window)    -> (unit, Event)            + dead letters
-    | TruncatePerUnit(problem, steps, ...)   -> ((key, step), Delta)     + dead letters, unit states
-    | SumPerKeyAndStep()                     -> (key, StepTotal)
-    | KeepPublicKeys(public_keys)            -> (key, StepTotal) of public keys only
+    | AssignSteps(problem, steps, window)    -> (unit, Event tuple)      + dead letters
+    | TruncatePerUnit(problem, steps, ...)   -> bounded: (key, KeySums) per bundle, unbounded:
+                                                ((key, step), Delta)     + dead letters, unit states
+    | SumPerKeyAndStep()                     -> bounded: (key, ({step: total}, halt steps)),
+                                                unbounded: (key, StepTotal)
+    | KeepPublicKeys(public_keys)            -> the same, of public keys only
     | ReleasePerKey(config, public_keys)     -> records, one per key and step + key states
 
 Messages are typed (no in-band sentinels). A `StepWindow` [first, stop) says which steps a run
 releases; bounded stages take the previous run's states (`resume_states`) and return their new
 states beside their main output (the scheduler's checkpoint hooks). Bounded input is grouped
-(GroupByKey / CombinePerKey) and every key's steps are released in one vectorised call;
-unbounded input runs stateful DoFns with event-time timers at step ends, and step s of a key is
-released when the watermark passes the end of step s + `release_delay_steps`.
+(GroupByKey / CombinePerKey) and every key's steps are released in one vectorised call; what
+crosses a shuffle is plain tuples and dicts (a dataclass costs ~5x more to encode), and
+truncation sums a bundle's contributions per key before they leave it (one element per key
+and bundle, not one per contribution). Unbounded input runs stateful DoFns with event-time
+timers at step ends, and step s of a key is released when the watermark passes the end of step
+s + `release_delay_steps`.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from fractions import Fraction
+from operator import itemgetter
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -32,13 +40,16 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
-from apache_beam.transforms.window import GlobalWindows, TimestampedValue
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
+from transforms.streams.count import UnitState
 from transforms.streams.records import canonical
-from transforms.streams.units import Problem, UnitRun, advance_unit, steps_to_run
+from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem, Problem,
+                                      UnitRun, advance_unit, steps_to_run)
 from transforms.validation import fail
 
 DEAD_LETTER = "dead_letter"
@@ -54,9 +65,10 @@ class Id:
     coder is `KeyCoder`, deterministic, as state and grouping keys must be."""
 
 
-def _tagged(key_id):
+def tagged(key_id):
+    """An id as type-tagged JSON-able data (`KeyCoder`'s encoding: 1 and "1" differ)."""
     if isinstance(key_id, tuple):
-        return ["t", [_tagged(part) for part in key_id]]
+        return ["t", [tagged(part) for part in key_id]]
     if isinstance(key_id, int) and not isinstance(key_id, bool):
         return ["i", str(key_id)]
     if isinstance(key_id, str):
@@ -80,10 +92,20 @@ class KeyCoder(beam.coders.Coder):
     differ), on every worker and Python version."""
 
     def encode(self, value) -> bytes:
-        return json.dumps(_tagged(value), separators=(",", ":"),
+        kind = type(value)
+        if kind is int:  # fast paths: the very bytes json.dumps writes
+            return b'["i","%d"]' % value
+        if kind is str and '"' not in value and "\\" not in value and value.isprintable():
+            return ('["s","' + value + '"]').encode("utf-8")
+        return json.dumps(tagged(value), separators=(",", ":"),
                           ensure_ascii=False).encode("utf-8")
 
     def decode(self, encoded: bytes):
+        head = encoded[:6]
+        if head == b'["i","':
+            return int(encoded[6:-2])
+        if head == b'["s","' and b"\\" not in encoded:
+            return encoded[6:-2].decode("utf-8")
         return _untagged(json.loads(encoded.decode("utf-8")))
 
     def is_deterministic(self) -> bool:
@@ -109,12 +131,16 @@ class StepWindow:
         return cls(0, steps.horizon)
 
 
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """An element's step, event time (microseconds) and parsed payload."""
+class Event(NamedTuple):
+    """An element's step, event time (microseconds) and parsed payload. `AssignSteps` emits
+    it as the plain tuple (step, micros, payload): a tuple costs ~6x less to encode than a
+    NamedTuple or dataclass in a shuffle; consumers index it (`STEP`, `MICROS`, `PAYLOAD`)."""
     step: int
     micros: int
     payload: Any
+
+
+STEP, MICROS, PAYLOAD = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,14 +199,23 @@ class _AssignStepsFn(beam.DoFn):
     def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
                  diagnostics: bool = False):
         self.problem, self.steps, self.window = problem, steps, window
+        self.diagnostics = diagnostics
+
+    def start_bundle(self):
+        self._released = self._assigned = 0  # counted here, one Metrics.inc per bundle
+
+    def finish_bundle(self):
         # operator-only: how many events of already released steps a resumed run skipped,
         # and how many events entered truncation
-        self.released = Metrics.counter(METRICS, "events_of_released_steps") \
-            if diagnostics else None
-        self.assigned = Metrics.counter(METRICS, "events_in_window") if diagnostics else None
+        if self.diagnostics:
+            if self._released:
+                Metrics.counter(METRICS, "events_of_released_steps").inc(self._released)
+            if self._assigned:
+                Metrics.counter(METRICS, "events_in_window").inc(self._assigned)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
-        seconds = float(timestamp.micros) / 1e6
+        micros = timestamp.micros
+        seconds = float(micros) / 1e6
         step = self.steps.step_of(seconds)
         parsed, reason = self.problem.parse(element)
         if step is None:
@@ -188,20 +223,18 @@ class _AssignStepsFn(beam.DoFn):
                                        f"horizon [{self.steps.iso(self.steps.origin)}, "
                                        f"{self.steps.iso(self.steps.stop)})")
         elif step < self.window.first:  # released by an earlier run: skipped (the source
-            if self.released is not None:  # holds history), not a dead letter each
-                self.released.inc()
+            self._released += 1         # holds history), not a dead letter each
         elif step >= self.window.stop:
             pass  # left for a later run, which reads it again (not lost)
         elif parsed is None:
             yield dead_letter(element, reason)
         else:
-            if self.assigned is not None:
-                self.assigned.inc()
-            yield parsed.unit, Event(step, int(timestamp.micros), parsed.payload)
+            self._assigned += 1
+            yield parsed.unit, (step, int(micros), parsed.payload)  # an Event, as a tuple
 
 
 class AssignSteps(beam.PTransform):
-    """Timestamped elements -> (unit, Event) for the steps of `window`; elements outside the
+    """Timestamped elements -> (unit, Event tuple) for the steps of `window`; elements outside the
     horizon or malformed -> dead letters with a reason. Elements of steps before the window
     (released by an earlier run) are skipped, those after it are left for a later run."""
 
@@ -215,8 +248,9 @@ class AssignSteps(beam.PTransform):
     def expand(self, events):
         # steps come from event times, not windows: one global window, whatever the input's
         # windowing (per-window truncation would bound a unit only within each window)
+        if not events.windowing.is_default():  # (WindowInto costs ~3 us an element)
+            events = events | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
         out = (events
-               | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
                | "Assign" >> beam.ParDo(_AssignStepsFn(self.problem, self.steps, self.window,
                                                        self.diagnostics)
                                         ).with_outputs(DEAD_LETTER, main="events"))
@@ -224,13 +258,170 @@ class AssignSteps(beam.PTransform):
 
 
 # ----- TruncatePerUnit -------------------------------------------------------------------------
-def sorted_payloads(events: Sequence[Event]) -> Dict[int, List[Any]]:
-    """Payloads per step in (event time, canonical payload) order: bundle order never matters."""
+def sorted_payloads(events: Iterable[Sequence]) -> Dict[int, List[Any]]:
+    """Payloads per step in (event time, canonical payload) order: bundle order never matters.
+    `events` are Event tuples (step, micros, payload). The reference order of every path."""
     by_step: Dict[int, List[Tuple[int, Any]]] = {}
     for event in events:
-        by_step.setdefault(event.step, []).append((event.micros, event.payload))
+        by_step.setdefault(event[STEP], []).append((event[MICROS], event[PAYLOAD]))
     return {step: [p for _, p in sorted(items, key=lambda tp: (tp[0], canonical(tp[1])))]
             for step, items in by_step.items()}
+
+
+def _in_order(items: List[Tuple[int, Any]]) -> List[Any]:
+    """`sorted_payloads`' order of one step's (micros, payload) pairs, computing canonical
+    forms only when two events share an event time (equal canonical forms are equal ids)."""
+    if len(items) == 1:
+        return [items[0][1]]
+    items.sort(key=itemgetter(0))
+    for i in range(1, len(items)):
+        if items[i][0] == items[i - 1][0]:
+            return [p for _, p in sorted(items, key=lambda tp: (tp[0], canonical(tp[1])))]
+    return [p for _, p in items]
+
+
+def payloads_by_step(events: Iterable[Sequence], ordered: bool) -> Dict[int, List[Any]]:
+    """Payloads per step; in `sorted_payloads`' order if `ordered` (else in any order)."""
+    grouped: Dict[int, list] = {}
+    if not ordered:
+        for step, _, payload in events:
+            found = grouped.get(step)
+            if found is None:
+                grouped[step] = [payload]
+            else:
+                found.append(payload)
+        return grouped
+    for step, micros, payload in events:
+        found = grouped.get(step)
+        if found is None:
+            grouped[step] = [(micros, payload)]
+        else:
+            found.append((micros, payload))
+    return {step: _in_order(items) for step, items in grouped.items()}
+
+
+def _key_order(kv):
+    return canonical(kv[0])
+
+
+def _event_order(event):
+    return canonical(event[0]), event[1]
+
+
+def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, Sequence],
+                    steps: Iterable[int]) -> Tuple[List[Tuple[Any, int, float]], UnitState, int]:
+    """`advance_unit` for counts and sums in one pass: (contributions (key, step, value), new
+    state, dropped). The same operations as `ContributionBounds.step` and `CountProblem
+    .advance` in the same order (so bit for bit the same floats), without the per-step
+    objects; a step's payloads may come in any order (the machine sorts them canonically)."""
+    bounds = problem.bounds
+    keys, used = list(state.keys), state.used
+    per_step, total, most = bounds.per_step, bounds.max_contributions, bounds.max_value
+    max_keys = bounds.max_keys_per_unit
+    out_all: List[Tuple[Any, int, float]] = []
+    dropped = 0
+    for step in steps:
+        events = by_step.get(step, ())
+        if len(keys) < max_keys:  # first come (by step), ties in canonical key order
+            seen = {key for key, _ in events}
+            for key in (seen if len(seen) == 1 else sorted(seen, key=canonical)):
+                if key not in keys and len(keys) < max_keys:
+                    keys.append(key)
+        if total - used <= 0:  # no room left: every event of the step is dropped
+            dropped += len(events)
+            continue
+        out: Dict[Any, float] = {}
+        step_used = 0.0
+        for key, value in (events if len(events) == 1 else sorted(events, key=_event_order)):
+            if key not in keys:
+                dropped += 1
+                continue
+            amount = value if most is None else min(max(value, 0.0), most)
+            room = min(per_step - step_used, total - used)
+            take = min(amount, room) if most is not None else (
+                amount if amount <= room else 0.0)
+            if take <= 0:
+                dropped += 1
+                continue
+            out[key] = out.get(key, 0.0) + take
+            step_used += take
+            used += take
+        if len(out) == 1:
+            for key, value in out.items():
+                out_all.append((key, step, value))
+        else:
+            out_all.extend((key, step, value) for key, value in sorted(out.items(),
+                                                                      key=_key_order))
+    return out_all, UnitState(used, tuple(keys)), dropped
+
+
+# problems whose `advance` is EntityProblem.advance itself (a subclass may change it)
+_ONE_PASS_ENTITIES = tuple(kind for kind in (EntityProblem, DegreeProblem)
+                           if kind.advance is EntityProblem.advance)
+
+
+def truncate_entities(problem: EntityProblem, unit, state, by_step: Dict[int, Sequence],
+                      steps: Iterable[int]) -> UnitRun:
+    """`advance_unit` for `EntityProblem` (count-distinct, degrees) in one pass: the same
+    operations as `EntityProblem.advance` step after step, without copying the state and
+    building a StepResult at every step."""
+    admitted, machines = list(state[0]), dict(state[1])
+    max_keys, machine, targets = problem.max_keys_per_unit, problem.machine, problem.targets
+    out: List[Tuple[Any, int, float]] = []
+    capped = bounded = 0
+    for step in steps:
+        payloads = by_step.get(step, ())
+        if len(payloads) == 1:
+            (op, key), = payloads
+            if key not in admitted:
+                if len(admitted) < max_keys:
+                    admitted.append(key)
+                else:
+                    capped += 1
+                    continue
+            ops_by_key = {key: [op]}
+        else:
+            if len(admitted) < max_keys:
+                for key in sorted({key for _, key in payloads} - set(admitted), key=canonical):
+                    if len(admitted) < max_keys:
+                        admitted.append(key)
+            ops_by_key = {}
+            for op, key in payloads:
+                if key in admitted:
+                    ops_by_key.setdefault(key, []).append(op)
+                else:
+                    capped += 1
+        for key in (ops_by_key if len(ops_by_key) == 1 else sorted(ops_by_key, key=canonical)):
+            found = machines.get(key)
+            change, machines[key], lost = machine.step(
+                machine.init_state() if found is None else found, ops_by_key[key])
+            bounded += lost
+            if change:
+                out.extend((target, step, float(change)) for target in targets(unit, key))
+    run = UnitRun((tuple(admitted), machines), out)
+    if capped:
+        run.dropped["key cap"] += capped
+    if bounded:
+        run.dropped["contribution bound"] += bounded
+    return run
+
+
+def run_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence], first: int,
+             stop: int) -> UnitRun:
+    """One unit's machine over the steps [first, stop) it must see: `advance_unit`, with a
+    one-pass loop for counts and sums (`truncate_counts`) and for count-distinct and degrees
+    (`truncate_entities`): the same result, bit for bit (tests/test_stages.py)."""
+    steps = steps_to_run(problem, by_step, first, stop)
+    kind = type(problem)
+    if kind is CountProblem:
+        contributions, state, dropped = truncate_counts(problem, state, by_step, steps)
+        run = UnitRun(state, contributions)
+        if dropped:
+            run.dropped["contribution bound"] += dropped
+        return run
+    if kind in _ONE_PASS_ENTITIES:
+        return truncate_entities(problem, unit, state, by_step, steps)
+    return advance_unit(problem, unit, state, by_step, steps)
 
 
 def count_truncation(run: UnitRun) -> None:
@@ -252,31 +443,147 @@ def _unit_outputs(unit, run: UnitRun, step_end=None):
                                                              step_end(run.halt.step) - MICRO)
 
 
-@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
-class _TruncateUnitsFn(beam.DoFn):
-    """(unit, ([Event as a tuple], [saved state])) -> deltas, new unit state."""
+class KeySums:
+    """A bundle's (then a key's) exact sums of one key's deltas per step: integer deltas add
+    up as Python ints (exact), fractional ones as Shewchuk partials; `halts` are the steps with
+    a halt. On the wire (bounded input) the plain tuple (ints, partials, halts):
+    ({step: int}, {step: [partials]}, [halt steps])."""
 
-    def __init__(self, problem: Problem, window: StepWindow, diagnostics: bool):
+    @staticmethod
+    def new():
+        return {}, {}, set()
+
+    @staticmethod
+    def add(acc, step: int, value: float) -> None:
+        ints, partials, _ = acc
+        if isinstance(value, int) or value.is_integer():
+            ints[step] = ints.get(step, 0) + int(value)
+        else:
+            partials[step] = add_exact(partials.get(step, []), value)
+
+    @staticmethod
+    def merge(acc, wire) -> None:
+        ints, partials, halts = acc
+        for step, value in wire[0].items():
+            ints[step] = ints.get(step, 0) + value
+        for step, values in wire[1].items():
+            found = partials.get(step, [])
+            for value in values:
+                found = add_exact(found, value)
+            partials[step] = found
+        halts.update(wire[2])
+
+    @staticmethod
+    def wire(acc):
+        return acc[0], acc[1], sorted(acc[2])
+
+    @staticmethod
+    def totals(acc) -> Dict[int, float]:
+        """{step: the correctly rounded exact total} (as math.fsum of all deltas)."""
+        ints, partials, _ = acc
+        out = {step: float(value) for step, value in ints.items()}
+        for step, values in partials.items():
+            whole = ints.get(step, 0)
+            if abs(whole) <= 2 ** 53:  # float(whole) is exact
+                out[step] = math.fsum(values + [float(whole)])
+            else:
+                out[step] = float(sum((Fraction(v) for v in values), Fraction(whole)))
+        return out
+
+
+GLOBAL = GlobalWindow()  # a singleton
+_GLOBAL = (GLOBAL,)
+_END_OF_GLOBAL = GLOBAL.max_timestamp()
+
+
+@beam.typehints.with_output_types(KEYED)
+class _PackPerUnitFn(beam.DoFn):
+    """(unit, Event tuple) -> (unit, [Event tuples]) once per unit and bundle (or per
+    `MAX_EVENTS` buffered events): one shuffled element per unit and bundle, not per event
+    (the shuffle's per-element cost dominates the bounded path)."""
+
+    MAX_EVENTS = 500_000  # ~100 MB of buffered events at most
+
+    def start_bundle(self):
+        self._packs: Dict[Any, list] = {}
+        self._buffered = 0
+
+    def process(self, element):
+        unit, event = element
+        found = self._packs.get(unit)
+        if found is None:
+            self._packs[unit] = [event]
+        else:
+            found.append(event)
+        self._buffered += 1
+        if self._buffered >= self.MAX_EVENTS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        yield from self._flush()
+
+    def _flush(self):
+        packs, self._packs, self._buffered = self._packs, {}, 0
+        for unit, events in packs.items():
+            yield WindowedValue((unit, events), _END_OF_GLOBAL, _GLOBAL)
+
+
+@beam.typehints.with_output_types(KEYED)
+class _TruncateUnitsFn(beam.DoFn):
+    """(unit, [packs of Event tuples]) or, resumed, (unit, ([packs], [saved state])) -> the new
+    unit state (tagged) and, once per bundle, (key, KeySums wire tuple) of every key the
+    bundle's units contributed to (fewer, larger elements than one per contribution)."""
+
+    def __init__(self, problem: Problem, window: StepWindow, diagnostics: bool,
+                 with_states: bool = True):
         self.problem, self.window = problem, window
-        self.diagnostics = diagnostics
+        self.diagnostics, self.with_states = diagnostics, with_states
+
+    def start_bundle(self):
+        self._sums: Dict[Any, tuple] = {}
+        self._dropped: collections.Counter = collections.Counter()
 
     def process(self, item):
-        unit, (wire_events, saved) = item
-        saved = list(saved)
+        unit, grouped = item
+        if self.with_states:
+            packs, saved = grouped
+            saved = list(saved)
+        else:
+            packs, saved = grouped, ()
+        packs = list(packs)
+        wire_events = packs[0] if len(packs) == 1 else [e for pack in packs for e in pack]
         state = saved[0] if saved else self.problem.init_state()
-        by_step = sorted_payloads([Event(*wire) for wire in wire_events])
+        problem = self.problem
+        by_step = payloads_by_step(wire_events, ordered=type(problem) is not CountProblem)
         # a unit first seen in a resumed run starts its machine at step 0 (it had no events)
-        steps = steps_to_run(self.problem, by_step, self.window.first if saved else 0,
-                             self.window.stop)
-        run = advance_unit(self.problem, unit, state, by_step, steps)
+        run = run_unit(problem, unit, state, by_step, self.window.first if saved else 0,
+                       self.window.stop)
         if self.diagnostics:  # operator-only: depends on private data
-            count_truncation(run)
-        yield from _unit_outputs(unit, run)
+            self._dropped.update(run.dropped)
+        sums = self._sums
+        for key, step, value in run.contributions:
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = KeySums.new()
+            KeySums.add(acc, step, value)
+        if run.halt is not None:
+            yield dead_letter(unit, run.halt.reason)
+            acc = sums.get(unit)
+            if acc is None:
+                acc = sums[unit] = KeySums.new()
+            acc[2].add(run.halt.step)
         yield beam.pvalue.TaggedOutput(UNIT_STATES, (unit, run.state))
+
+    def finish_bundle(self):
+        for reason, count in self._dropped.items():
+            Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(count)
+        for key, acc in self._sums.items():
+            yield WindowedValue((key, KeySums.wire(acc)), _END_OF_GLOBAL, _GLOBAL)
+        self._sums, self._dropped = {}, collections.Counter()
 
 
 @beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
-class _TruncateStreamingFn(beam.DoFn):
+class TruncateStreamingFn(beam.DoFn):
     """Unbounded input: buffer a unit's events until the watermark passes their step's end."""
 
     BUFFER = BagStateSpec("buffer", PickleCoder())
@@ -293,15 +600,16 @@ class _TruncateStreamingFn(beam.DoFn):
                 next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
                 timer=beam.DoFn.TimerParam(STEP_END)):
         unit, event = element
-        if event.step < (next_step.read() or 0):
-            yield dead_letter((unit, event.payload),
-                              f"late: step {event.step} of this unit was already processed")
+        step = event[STEP]
+        if step < (next_step.read() or 0):
+            yield dead_letter((unit, event[PAYLOAD]),
+                              f"late: step {step} of this unit was already processed")
             return
-        buffer.add(event)
+        buffer.add(tuple(event))
         current = earliest.read()
-        if current is None or event.step < current:
-            earliest.write(event.step)
-            timer.set(_micros(self.steps.end(event.step)))
+        if current is None or step < current:
+            earliest.write(step)
+            timer.set(_micros(self.steps.end(step)))
 
     @on_timer(STEP_END)
     def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
@@ -310,15 +618,14 @@ class _TruncateStreamingFn(beam.DoFn):
               timer=beam.DoFn.TimerParam(STEP_END)):
         events = list(buffer.read())
         fired = float(fire.micros) / 1e6
-        ready = [e for e in events if self.steps.end(e.step) <= fired + MICRO]
-        later = [e for e in events if self.steps.end(e.step) > fired + MICRO]
+        ready = [e for e in events if self.steps.end(e[STEP]) <= fired + MICRO]
+        later = [e for e in events if self.steps.end(e[STEP]) > fired + MICRO]
         state = unit_state.read()
         state = self.problem.init_state() if state is None else state
         done = next_step.read() or 0
         by_step = sorted_payloads(ready)
         last = max(by_step) if by_step else done - 1
-        steps = steps_to_run(self.problem, by_step, done, last + 1)
-        run = advance_unit(self.problem, key, state, by_step, steps)
+        run = run_unit(self.problem, key, state, by_step, done, last + 1)  # = advance_unit
         if self.diagnostics:
             count_truncation(run)
         yield from _unit_outputs(key, run, self.steps.end)
@@ -332,16 +639,18 @@ class _TruncateStreamingFn(beam.DoFn):
         for event in later:
             buffer.add(event)
         if later:
-            first = min(e.step for e in later)
+            first = min(e[STEP] for e in later)
             earliest.write(first)
             timer.set(_micros(self.steps.end(first)))
 
 
 class TruncatePerUnit(beam.PTransform):
-    """(unit, Event) -> ((key, step), Delta): each unit's state machine (`streams.units`) run
-    over its steps in order, which bounds what one unit contributes. Bounded input groups a
-    unit's events with its saved state (`resume_states`, (unit, state) pairs) and returns the
-    new states; unbounded input keeps them in Beam state."""
+    """(unit, Event) -> what each unit contributes: each unit's state machine (`streams.units`)
+    run over its steps in order, which bounds what one unit contributes. Bounded input groups a
+    unit's events with its saved state (`resume_states`, (unit, state) pairs), returns the new
+    states and emits (key, KeySums wire tuple), one per key and bundle (the bundle's exact sums
+    per step and its halts); unbounded input keeps the states in Beam state and emits
+    ((key, step), Delta) at each step's end."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None,
                  resume_states=None, diagnostics: bool = False):
@@ -355,24 +664,24 @@ class TruncatePerUnit(beam.PTransform):
             if self.resume_states is not None:
                 fail("resume_states", "None for unbounded input (Beam keeps the state)",
                      "states")
-            out = events | "Truncate" >> beam.ParDo(_TruncateStreamingFn(
+            out = events | "Truncate" >> beam.ParDo(TruncateStreamingFn(
                 self.problem, self.steps, self.diagnostics)).with_outputs(
                     DEAD_LETTER, main="deltas")
             return StageOutput(out.deltas, out[DEAD_LETTER])
-        # plain tuples through the shuffle (a dataclass costs ~5x more to encode)
-        wire = events | "ToWire" >> beam.MapTuple(
-            lambda unit, event: (unit, dataclasses.astuple(event))).with_output_types(KEYED)
+        # plain tuples through the shuffle (a dataclass costs ~5x more to encode), packed:
+        # one list of events per unit and bundle
+        packed = events | "PackPerUnit" >> beam.ParDo(_PackPerUnitFn())
         if self.resume_states is None:
-            grouped = (wire | "GroupByUnit" >> beam.GroupByKey()
-                       | "NoSavedState" >> beam.MapTuple(lambda unit, evs: (unit, (evs, ()))))
+            grouped = packed | "GroupByUnit" >> beam.GroupByKey()
         else:
-            grouped = ({"events": wire, "state": self.resume_states}
+            grouped = ({"events": packed, "state": self.resume_states}
                        | "GroupByUnit" >> beam.CoGroupByKey()
                        | "EventsAndState" >> beam.MapTuple(
                            lambda unit, parts: (unit, (parts["events"], parts["state"]))))
         out = (grouped
                | "Truncate" >> beam.ParDo(_TruncateUnitsFn(
-                   self.problem, self.window, self.diagnostics)).with_outputs(
+                   self.problem, self.window, self.diagnostics,
+                   with_states=self.resume_states is not None)).with_outputs(
                        DEAD_LETTER, UNIT_STATES, main="deltas"))
         return StageOutput(out.deltas, out[DEAD_LETTER], out[UNIT_STATES])
 
@@ -417,9 +726,32 @@ class ExactSum(beam.CombineFn):
         return math.fsum(acc[0]), acc[1]
 
 
+class _KeySumsFn(beam.CombineFn):
+    """Merges a key's KeySums wire tuples -> (key totals {step: exact total}, halt steps)."""
+
+    def create_accumulator(self):
+        return KeySums.new()
+
+    def add_input(self, acc, wire):
+        KeySums.merge(acc, wire)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for acc in accs:
+            KeySums.merge(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return KeySums.totals(acc), tuple(sorted(acc[2]))
+
+
 class SumPerKeyAndStep(beam.PTransform):
-    """((key, step), Delta) -> (key, StepTotal). Bounded: one exact total per key and step
-    (CombinePerKey). Unbounded: one StepTotal per delta (the release sums them exactly)."""
+    """Exact totals per key and step. Bounded: (key, KeySums wire tuple) -> one (key,
+    ({step: total}, (halt steps))) per key (CombinePerKey; a total is the correctly rounded
+    exact sum of the key's deltas at the step). Unbounded: ((key, step), Delta) -> one
+    (key, StepTotal) per delta (the release sums them exactly)."""
 
     def expand(self, deltas):
         if not deltas.is_bounded:
@@ -427,11 +759,7 @@ class SumPerKeyAndStep(beam.PTransform):
                 lambda key_step, delta: (key_step[0], StepTotal(key_step[1], delta.value,
                                                                 delta.halt))
             ).with_output_types(KEYED)
-        return (deltas
-                | "ExactSums" >> beam.CombinePerKey(ExactSum())
-                | "ToStepTotals" >> beam.MapTuple(
-                    lambda key_step, total: (key_step[0], StepTotal(key_step[1], *total))
-                ).with_output_types(KEYED))
+        return deltas | "ExactSums" >> beam.CombinePerKey(_KeySumsFn()).with_output_types(KEYED)
 
 
 # ----- KeepPublicKeys --------------------------------------------------------------------------
@@ -452,8 +780,15 @@ class KeepPublicKeys(beam.PTransform):
             key, total = item
             if key in public:
                 yield item
-            elif dropped is not None and (total.halt or total.value != 0):
-                dropped.inc()
+            elif dropped is not None:
+                if isinstance(total, StepTotal):  # unbounded: one total
+                    if total.halt or total.value != 0:
+                        dropped.inc()
+                else:  # bounded: the key's totals and halts, counted per step as above
+                    values, halts = total
+                    count = len(set(halts).union(s for s, v in values.items() if v != 0))
+                    if count:
+                        dropped.inc(count)
 
         return totals | "KeepPublic" >> beam.FlatMap(keep).with_output_types(KEYED)
 
@@ -469,13 +804,15 @@ class _ReleaseKeysFn(beam.DoFn):
 
     def setup(self):
         self.maker = RecordMaker(self.config)
+        steps = self.config.steps  # every record of a step carries the same event time
+        self._stamps = [Timestamp.of(steps.end(step) - MICRO) for step in range(steps.horizon)]
 
-    def process(self, item):
+    def process(self, item, window=beam.DoFn.WindowParam):
         key, grouped = item
         if list(grouped["seed"]):  # else not a public key: no output, whatever its data or state
-            yield from self._release(key, grouped)
+            yield from self._release(key, grouped, window)
 
-    def _release(self, key, grouped):
+    def _release(self, key, grouped, window=None):
         first, stop = self.window.first, self.window.stop
         saved = list(grouped["state"])
         if len(saved) > 1:
@@ -492,22 +829,27 @@ class _ReleaseKeysFn(beam.DoFn):
             raise RuntimeError(f"key {key_text(key)!r} is at step {state.steps}, the run "
                                f"starts at {first}")
         x = np.zeros(stop - first)
-        for total in grouped["totals"]:
-            if total.halt:
-                halted = total.step if halted is None else min(halted, total.step)
-            else:
-                x[total.step - first] += total.value
+        for values, halts in grouped["totals"]:  # one per key (SumPerKeyAndStep)
+            if halts:
+                halted = min(halts) if halted is None else min(halted, min(halts))
+            for step, value in values.items():
+                if step not in halts:  # a halted step's sum is not added (as one StepTotal)
+                    x[step - first] += value
         outputs, state = self.maker.for_key(key).advance(state, x)
+        stamps = self._stamps
         for offset, value in enumerate(outputs):
             step = first + offset
             if halted is not None and step >= halted:
                 break
-            yield TimestampedValue(self.maker.record(key, step, float(value)),
-                                   self.config.steps.end(step) - MICRO)
+            record = self.maker.record(key, step, float(value))
+            if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
+                yield WindowedValue(record, stamps[step], _GLOBAL)
+            else:
+                yield TimestampedValue(record, stamps[step])
         yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.maker.seal(key, state), halted)))
 
 
-class _ReleaseStreamingFn(beam.DoFn):
+class ReleaseStreamingFn(beam.DoFn):
     """Unbounded input, per public key: collects step totals and releases step s when the
     watermark passes the end of step s + release_delay_steps."""
 
@@ -605,7 +947,7 @@ class ReleasePerKey(beam.PTransform):
             seeds = keys | "SeedEveryKey" >> beam.Map(
                 lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED)
             out = ((totals, seeds) | "WithSeeds" >> beam.Flatten().with_output_types(KEYED)
-                   | "Release" >> beam.ParDo(_ReleaseStreamingFn(self.config, self.public_keys)).with_outputs(
+                   | "Release" >> beam.ParDo(ReleaseStreamingFn(self.config, self.public_keys)).with_outputs(
                        DEAD_LETTER, main="records"))
             return StageOutput(out.records, out[DEAD_LETTER])
         states = self.resume_states if self.resume_states is not None else _empty(

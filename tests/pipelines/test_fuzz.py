@@ -23,7 +23,7 @@ from pipelines import run as job_run
 from transforms import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = sorted(os.listdir(os.path.join(ROOT, "configs")))
+CONFIGS = sorted(n for n in os.listdir(os.path.join(ROOT, "configs")) if n.endswith(".yaml"))
 ROW_LEVEL = 850
 FORMAT_PAIRS = [("jsonl", "csv"), ("csv", "parquet"), ("parquet", "jsonl")]
 LINE_LEVEL = 60
