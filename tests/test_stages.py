@@ -127,7 +127,7 @@ def test_count_payload_order_never_matters_and_caps_hold():
                    HORIZON)
     assert run.contributions == [("a", 0, 1.0), ("b", 0, 1.0)]
     assert run.state.used == 2.0 and run.state.keys == ("a", "b")
-    assert run.dropped["contribution bound"] == 2
+    assert dict(run.dropped) == {"max_keys_per_unit": 1, "max_contributions": 1}
 
 
 VALUES = [0.1, 0.2, 0.3, 1e16, 1.0, -1e16, 3.0, 1e-300, 2.0 ** 60, -2.5, 7.0, 1e300, -1e300,

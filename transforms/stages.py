@@ -46,7 +46,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
-from transforms.streams.count import UnitState
+from transforms.streams.count import HORIZON_CAP, KEY_CAP, STEP_CAP, UnitState
 from transforms.streams.records import canonical
 from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem, Problem,
                                       UnitRun, advance_unit, steps_to_run)
@@ -309,9 +309,10 @@ def _event_order(event):
 
 
 def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, Sequence],
-                    steps: Iterable[int]) -> Tuple[List[Tuple[Any, int, float]], UnitState, int]:
+                    steps: Iterable[int]
+                    ) -> Tuple[List[Tuple[Any, int, float]], UnitState, collections.Counter]:
     """`advance_unit` for counts and sums in one pass: (contributions (key, step, value), new
-    state, dropped). The same operations as `ContributionBounds.step` and `CountProblem
+    state, dropped events by the bound that cut them). The same operations as `ContributionBounds.step` and `CountProblem
     .advance` in the same order (so bit for bit the same floats), without the per-step
     objects; a step's payloads may come in any order (the machine sorts them canonically)."""
     bounds = problem.bounds
@@ -319,7 +320,7 @@ def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, 
     per_step, total, most = bounds.per_step, bounds.max_contributions, bounds.max_value
     max_keys = bounds.max_keys_per_unit
     out_all: List[Tuple[Any, int, float]] = []
-    dropped = 0
+    dropped = collections.Counter()
     for step in steps:
         events = by_step.get(step, ())
         if len(keys) < max_keys:  # first come (by step), ties in canonical key order
@@ -328,20 +329,22 @@ def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, 
                 if key not in keys and len(keys) < max_keys:
                     keys.append(key)
         if total - used <= 0:  # no room left: every event of the step is dropped
-            dropped += len(events)
+            for key, _ in events:
+                dropped[HORIZON_CAP if key in keys else KEY_CAP] += 1
             continue
         out: Dict[Any, float] = {}
         step_used = 0.0
         for key, value in (events if len(events) == 1 else sorted(events, key=_event_order)):
             if key not in keys:
-                dropped += 1
+                dropped[KEY_CAP] += 1
                 continue
             amount = value if most is None else min(max(value, 0.0), most)
-            room = min(per_step - step_used, total - used)
+            step_room, horizon_room = per_step - step_used, total - used
+            room = min(step_room, horizon_room)
             take = min(amount, room) if most is not None else (
                 amount if amount <= room else 0.0)
             if take <= 0:
-                dropped += 1
+                dropped[HORIZON_CAP if horizon_room <= step_room else STEP_CAP] += 1
                 continue
             out[key] = out.get(key, 0.0) + take
             step_used += take
@@ -400,7 +403,7 @@ def truncate_entities(problem: EntityProblem, unit, state, by_step: Dict[int, Se
                 out.extend((target, step, float(change)) for target in targets(unit, key))
     run = UnitRun((tuple(admitted), machines), out)
     if capped:
-        run.dropped["key cap"] += capped
+        run.dropped[KEY_CAP] += capped
     if bounded:
         run.dropped["contribution bound"] += bounded
     return run
@@ -416,8 +419,7 @@ def run_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence], first:
     if kind is CountProblem:
         contributions, state, dropped = truncate_counts(problem, state, by_step, steps)
         run = UnitRun(state, contributions)
-        if dropped:
-            run.dropped["contribution bound"] += dropped
+        run.dropped.update(dropped)
         return run
     if kind in _ONE_PASS_ENTITIES:
         return truncate_entities(problem, unit, state, by_step, steps)
@@ -426,7 +428,8 @@ def run_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence], first:
 
 def count_truncation(run: UnitRun) -> None:
     """Operator-only metrics (they depend on private data): updates the unit's machine dropped,
-    by bound (`truncated_by_contribution_bound`, `truncated_by_key_cap`)."""
+    by the bound that cut them (`truncated_by_max_contributions`, `..._per_step`,
+    `truncated_by_max_keys_per_unit`, `truncated_by_contribution_bound` for flips/updates)."""
     for reason, count in run.dropped.items():
         Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(count)
 

@@ -172,7 +172,7 @@ def test_key_cap_keeps_first_keys_and_bounds_neighbour_keys():
                (1, "+", "other", "c")]
     result = count_distinct_streams(records, 3, max_flips=1, max_keys_per_unit=2)
     assert sorted(result.streams) == ["a", "b", "c"]  # "c" only from "other"
-    assert result.stream("c").tolist() == [0, 1, 0] and result.dropped["key cap"] == 1
+    assert result.stream("c").tolist() == [0, 1, 0] and result.dropped["max_keys_per_unit"] == 1
     assert result.declaration.keys_per_unit == 2
     rng = np.random.default_rng(8)
     for _ in range(300):

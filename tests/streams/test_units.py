@@ -61,13 +61,22 @@ def test_count_reports_what_truncation_dropped_by_reason():
     by_step = {0: [("k", 1.0)] * 3, 1: [("k", 1.0)]}
     run = advance_unit(problem, "u", problem.init_state(), by_step, [0, 1])
     assert [(k, s, v) for k, s, v in run.contributions] == [("k", 0, 2.0)]
-    assert dict(run.dropped) == {"contribution bound": 2}
+    assert dict(run.dropped) == {"max_contributions": 2}
+
+
+def test_count_names_the_bound_that_cut_each_event():
+    problem = CountProblem(ContributionBounds(3, 1, 1))  # 3 in all, 1 per step, 1 key
+    by_step = {0: [("k", 1.0), ("k", 1.0), ("other", 1.0)], 1: [("k", 1.0)], 2: [("k", 1.0)],
+               3: [("k", 1.0)]}
+    run = advance_unit(problem, "u", problem.init_state(), by_step, range(4))
+    assert dict(run.dropped) == {"max_contributions_per_step": 1, "max_keys_per_unit": 1,
+                                 "max_contributions": 1}
 
 
 def test_entity_key_cap_is_reported():
     problem = PROBLEMS["count_distinct"]
     result = problem.advance("i", problem.init_state(), 0, [("+", "a"), ("+", "b")])
-    assert result.contributions == (("a", 1.0),) and dict(result.dropped) == {"key cap": 1}
+    assert result.contributions == (("a", 1.0),) and dict(result.dropped) == {"max_keys_per_unit": 1}
 
 
 def test_declared_values_are_summed_per_key_and_step():

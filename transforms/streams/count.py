@@ -29,6 +29,11 @@ class UnitState:
     keys: Tuple[Hashable, ...] = ()
 
 
+# what cut a dropped event, named by its bound (operator-only counts: they depend on the data)
+KEY_CAP, HORIZON_CAP, STEP_CAP = ("max_keys_per_unit", "max_contributions",
+                                  "max_contributions_per_step")
+
+
 @dataclasses.dataclass(frozen=True)
 class ContributionBounds:
     max_contributions: int
@@ -51,8 +56,9 @@ class ContributionBounds:
         return float(self.max_contributions if cap is None else min(cap, self.max_contributions))
 
     def step(self, state: UnitState, events: Sequence[Tuple[Hashable, float]]
-             ) -> Tuple[Dict[Hashable, float], UnitState, List[Tuple[Hashable, float]]]:
-        """One unit's events of one step -> (contribution per key, new state, dropped events)."""
+             ) -> Tuple[Dict[Hashable, float], UnitState, List[Tuple[Hashable, float, str]]]:
+        """One unit's events of one step -> (contribution per key, new state, dropped events
+        as (key, value, the bound that cut it: KEY_CAP, HORIZON_CAP or STEP_CAP))."""
         keys = list(state.keys)
         for key in sorted({key for key, _ in events}, key=canonical):
             if key not in keys and len(keys) < self.max_keys_per_unit:
@@ -62,14 +68,16 @@ class ContributionBounds:
         step_used, used = 0.0, state.used
         for key, value in sorted(events, key=lambda e: (canonical(e[0]), e[1])):
             if key not in keys:
-                dropped.append((key, value))
+                dropped.append((key, value, KEY_CAP))
                 continue
             amount = value if self.max_value is None else min(max(value, 0.0), self.max_value)
-            room = min(self.per_step - step_used, self.max_contributions - used)
+            step_room, horizon_room = self.per_step - step_used, self.max_contributions - used
+            room = min(step_room, horizon_room)
             take = min(amount, room) if self.max_value is not None else (
                 amount if amount <= room else 0.0)
             if take <= 0:
-                dropped.append((key, value))
+                dropped.append((key, value, HORIZON_CAP if horizon_room <= step_room
+                                else STEP_CAP))
                 continue
             out[key] = out.get(key, 0.0) + take
             step_used += take

@@ -17,7 +17,7 @@ import dataclasses
 import math
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
-from .count import ContributionBounds, UnitState
+from .count import KEY_CAP, ContributionBounds, UnitState
 from .entity import EntityCardinality
 from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
 from .records import OPS, Declaration, canonical, canonical_edge, is_id
@@ -143,8 +143,9 @@ class CountProblem(Problem):
 
     def advance(self, unit, state, step, payloads):
         out, state, lost = self.bounds.step(state, payloads)
+        reasons = collections.Counter(reason for _, _, reason in lost)
         return StepResult(state, tuple(sorted(out.items(), key=lambda kv: canonical(kv[0]))),
-                          None, (("contribution bound", len(lost)),) if lost else ())
+                          None, tuple(sorted(reasons.items())))
 
 
 @dataclasses.dataclass
@@ -200,7 +201,7 @@ class EntityProblem(Problem):
             bounded += lost
             if change:
                 out.extend((target, float(change)) for target in self.targets(unit, key))
-        dropped = tuple((reason, n) for reason, n in (("key cap", capped),
+        dropped = tuple((reason, n) for reason, n in ((KEY_CAP, capped),
                                                       ("contribution bound", bounded)) if n)
         return StepResult((tuple(admitted), machines), tuple(out), None, dropped)
 
