@@ -9,10 +9,14 @@ TriangleCount's throughput and memory on random graphs of growing size.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 import tracemalloc
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from transforms.streams import (EdgeDegreeContribution, TriangleCounter, count_distinct,
                                 count_distinct_streams, canonical_edge)

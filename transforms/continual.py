@@ -325,11 +325,13 @@ class _ContinualBase(beam.PTransform):
         # (unit, Event(step, micros, payload)) for the window's steps
         truncated = stepped.main | "TruncatePerUnit" >> TruncatePerUnit(
             self.problem, self.steps, window, self._resume_units, self.diagnostics)
-        # ((key, step), Delta(value | halt)); unit states (unit, state) if bounded
+        # bounded: (key, KeySums) per key and bundle + unit states (unit, state);
+        # unbounded: ((key, step), Delta(value | halt))
         totals = truncated.main | "SumPerKeyAndStep" >> SumPerKeyAndStep()
-        # (key, StepTotal(step, exact total | halt))
+        # bounded: (key, ({step: exact total}, halt steps)), one per key;
+        # unbounded: (key, StepTotal(step, exact total | halt))
         public = totals | "KeepPublicKeys" >> KeepPublicKeys(self.public_keys, self.diagnostics)
-        # (key, StepTotal) of public keys only
+        # the same, of public keys only
         released = public | "ReleasePerKey" >> ReleasePerKey(
             self.config, self.public_keys, window, self._resume_keys)
         # records: one per public key and step; key states (key, (tagged bytes, halt step))
