@@ -23,7 +23,6 @@ import hashlib
 import itertools
 import json
 import os
-import pickle
 import sys
 import tempfile
 
@@ -35,6 +34,7 @@ from pipelines import io, logs
 from pipelines import run as job_run
 from transforms.release import NoNoise
 from transforms.stages import AssignSteps, sorted_payloads
+from transforms.streams import codec
 from transforms.streams.units import advance_unit, steps_to_run
 from transforms.validation import fail
 
@@ -75,7 +75,7 @@ def unit_histories(job: job_config.JobConfig, transform, sample_units: int) -> l
     """[(unit, {step: payloads})] of the input (at most `sample_units` units, the ones with the
     smallest keyed hash: a uniform sample that does not depend on bundle order)."""
     folder = tempfile.mkdtemp(prefix="caps-")
-    out = os.path.join(folder, "units.pickle")
+    out = os.path.join(folder, "units.jsonl")
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         elements, _ = io.read_elements(pipeline, job)
         events = (elements | "Steps" >> AssignSteps(transform.problem, transform.steps)).main
@@ -88,8 +88,8 @@ def unit_histories(job: job_config.JobConfig, transform, sample_units: int) -> l
                                              reverse=True)
          | "Save" >> beam.Map(_save, out))
     try:
-        with open(out, "rb") as handle:
-            return pickle.load(handle)  # written by this process's own pipeline just now
+        with open(out, encoding="utf-8") as handle:  # versioned JSON (no pickle)
+            return [codec.loads(line) for line in handle if line.strip()]
     except FileNotFoundError:
         return []
     finally:
@@ -102,8 +102,9 @@ def _rank(unit) -> bytes:
 
 
 def _save(histories, path):
-    with open(path, "wb") as handle:
-        pickle.dump(sorted(histories, key=lambda kv: _rank(kv[0])), handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        for history in sorted(histories, key=lambda kv: _rank(kv[0])):
+            handle.write(codec.dumps(history) + "\n")
 
 
 def cut_by(problem, histories) -> dict:
