@@ -131,6 +131,9 @@ class ReleaseConfig:
         return fingerprint
 
 
+_CACHED_KEYS = 1 << 16
+
+
 class RecordMaker:
     """The release's mechanism and its public records (built once per worker)."""
 
@@ -138,6 +141,7 @@ class RecordMaker:
         self.config = config
         self._binding = (b"dp-continual-release/state\x00" + config.release_binding
                          + config.checked_fingerprint().encode("ascii"))
+        self._tags, self._windows = {}, {}  # per key / per step, bounded (_CACHED_KEYS)
         self.mechanism = config.build()
         self.std = self.mechanism.noise_std()
         self.half = self.mechanism.confidence_half_width(config.confidence)
@@ -153,9 +157,16 @@ class RecordMaker:
         return self.mechanism.for_stream(noise_stream(key))
 
     def _tag(self, key) -> bytes:
-        """16 bytes binding a stored state to this release, its secret and its key."""
-        return hashlib.sha256(self._binding + b"\x00" + noise_stream(key).encode("utf-8")
-                              ).digest()[:16]
+        """16 bytes binding a stored state to this release, its secret and its key (cached:
+        a streaming release reads and writes a key's state at every step)."""
+        tags = self._tags
+        tag = tags.get(key)
+        if tag is None:
+            if len(tags) >= _CACHED_KEYS:
+                tags.clear()
+            tag = tags[key] = hashlib.sha256(
+                self._binding + b"\x00" + noise_stream(key).encode("utf-8")).digest()[:16]
+        return tag
 
     def seal(self, key, state) -> bytes:
         return self._tag(key) + state.to_bytes()
@@ -180,7 +191,13 @@ class RecordMaker:
         if scale != 1.0:
             value, low, high = value * scale, low * scale, high * scale
             deviation = deviation * scale
+        window = self._windows.get(step)
+        if window is None:
+            if len(self._windows) >= _CACHED_KEYS:
+                self._windows.clear()
+            window = self._windows[step] = (steps.iso(steps.start(step)),
+                                            steps.iso(steps.end(step)))
         return {"key": key_text(key), "step": step,
-                "window_start": steps.iso(steps.start(step)),
-                "window_end": steps.iso(steps.end(step)), "value": value, "stddev": deviation,
+                "window_start": window[0],
+                "window_end": window[1], "value": value, "stddev": deviation,
                 "ci_low": low, "ci_high": high, **self.template}
