@@ -69,8 +69,7 @@ def calibrate(mechanism, declaration: Declaration, budget: PrivacyBudget,
     result is never noisier than the split.
     """
     p = budget.sensitivity_norm
-    split = (declaration.budget_share(rho=budget.rho) if p == 2
-             else declaration.budget_share(epsilon=budget.epsilon))
+    split = split_privacy(declaration, budget)
     s = float(mechanism.sensitivity if sensitivity is None else sensitivity)
     if declaration.joint_mass is None or declaration.keys_per_unit == 1:
         return Calibration(SPLIT, split, s)  # m = 1: the split is the full budget already
@@ -84,8 +83,15 @@ def calibrate(mechanism, declaration: Declaration, budget: PrivacyBudget,
     return Calibration(SPLIT, split, s, j)
 
 
-def _full(budget: PrivacyBudget) -> dict:
+def full_privacy(budget: PrivacyBudget) -> dict:
+    """The whole budget in the mechanism's terms (epsilon for Laplace, rho for Gaussian)."""
     return {"epsilon": budget.epsilon} if budget.noise == "laplace" else {"rho": budget.rho}
+
+
+def split_privacy(declaration: Declaration, budget: PrivacyBudget) -> dict:
+    """Each key's budget under the split: the total over the keys one unit can touch."""
+    return (declaration.budget_share(epsilon=budget.epsilon) if budget.noise == "laplace"
+            else declaration.budget_share(rho=budget.rho))
 
 
 def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declaration,
@@ -94,15 +100,14 @@ def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declarat
     with (the split over `keys_per_unit`, or the joint one: `calibrate`), for the auto choice
     and `pipelines.plan`. Each row's `calibration` says which."""
     k, d = declaration.max_contributions, declaration.interval_bound
-    split = (declaration.budget_share(epsilon=budget.epsilon) if budget.noise == "laplace"
-             else declaration.budget_share(rho=budget.rho))
+    split = split_privacy(declaration, budget)
     order = (lambda c: (c.max_se, c.mean_se)) if metric == "max" else (
         lambda c: (c.mean_se, c.max_se))
     if declaration.joint_mass is None or declaration.keys_per_unit == 1:
         _, rows = choose(horizon, split, k, d, metric, noise=noise)
         rows = [dataclasses.replace(r, calibration=SPLIT) for r in rows]
         return min(rows, key=order), rows
-    full = _full(budget)
+    full = full_privacy(budget)
     _, full_rows = choose(horizon, full, k, d, metric, noise=noise)
     split_rows, rows = None, []
     for row in full_rows:
@@ -203,15 +208,10 @@ class _ContinualBase(beam.PTransform):
         return 1.0
 
     def _key_privacy(self) -> dict:
-        """Each key's budget under the split: the total over the keys one unit can touch."""
-        if self.budget.noise == "laplace":
-            return self.problem.declaration.budget_share(epsilon=self.budget.epsilon)
-        return self.problem.declaration.budget_share(rho=self.budget.rho)
+        return split_privacy(self.problem.declaration, self.budget)
 
     def _full_privacy(self) -> dict:
-        if self.budget.noise == "laplace":
-            return {"epsilon": self.budget.epsilon}
-        return {"rho": self.budget.rho}
+        return full_privacy(self.budget)
 
     def _build(self, name: str, privacy: dict, params: dict):
         declaration = self.problem.declaration

@@ -371,24 +371,34 @@ class BufferedToeplitz(ContinualMechanism):
         """u = z - (w_1 b_1 + ... + w_d b_d) (left to right); b_i = theta_i b_i + u; acc += u,
         generated once per mechanism with the parameters as constants."""
         if "kernel" not in self._cache:
-            d = self.buffers
-            names = ", ".join(f"b{i}" for i in range(d))
-            read = " + ".join(f"{w!r} * b{i}" for i, w in enumerate(self._weight_list))
-            update = "; ".join(f"b{i} = {t!r} * b{i} + u" for i, t in enumerate(self._theta_list))
-            source = (f"def kernel(zs, acc, buffers):\n"
-                      f"    {names}, = buffers\n"
-                      f"    out = []\n"
-                      f"    append = out.append\n"
-                      f"    for zt in zs:\n"
-                      f"        u = zt - ({read})\n"
-                      f"        {update}\n"
-                      f"        acc = acc + u\n"
-                      f"        append(acc)\n"
-                      f"    return out, acc, [{names}]\n")
-            namespace = {}
-            exec(compile(source, f"<blt kernel d={d}>", "exec"), namespace)  # noqa: S102
-            self._cache["kernel"] = namespace["kernel"]
+            names, read, update = self._recurrence("b{i}")
+            self._cache["kernel"] = self._compiled("kernel", (
+                f"def kernel(zs, acc, buffers):\n"
+                f"    {names}, = buffers\n"
+                f"    out = []\n"
+                f"    append = out.append\n"
+                f"    for zt in zs:\n"
+                f"        u = zt - ({read})\n"
+                f"        {update}\n"
+                f"        acc = acc + u\n"
+                f"        append(acc)\n"
+                f"    return out, acc, [{names}]\n"))
         return self._cache["kernel"]
+
+    def _recurrence(self, target: str):
+        """The recurrence's source text: (buffer names, the weighted read, the update of each
+        buffer into `target` (formatted with i)), the same expressions for batch and step."""
+        names = ", ".join(f"b{i}" for i in range(self.buffers))
+        read = " + ".join(f"{w!r} * b{i}" for i, w in enumerate(self._weight_list))
+        update = "; ".join(f"{target.format(i=i)} = {t!r} * b{i} + u"
+                           for i, t in enumerate(self._theta_list))
+        return names, read, update
+
+    def _compiled(self, name: str, source: str):
+        """A function generated from numeric constants only (never from data)."""
+        namespace = {}
+        exec(compile(source, f"<blt {name} d={self.buffers}>", "exec"), namespace)  # noqa: S102
+        return namespace[name]
 
     def _unit_noise(self, start, count):
         entries = self._cache.setdefault("blt_buffers", {})
@@ -420,21 +430,15 @@ class BufferedToeplitz(ContinualMechanism):
 
     def _step_kernel(self):
         """`_kernel`'s loop body for one z on an entry [steps, acc, buffers], in place."""
-        d = self.buffers
-        names = ", ".join(f"b{i}" for i in range(d))
-        read = " + ".join(f"{w!r} * b{i}" for i, w in enumerate(self._weight_list))
-        update = "; ".join(f"buffers[{i}] = {t!r} * b{i} + u"
-                           for i, t in enumerate(self._theta_list))
-        source = (f"def step(zt, entry):\n"
-                  f"    buffers = entry[2]\n"
-                  f"    {names}, = buffers\n"
-                  f"    u = zt - ({read})\n"
-                  f"    {update}\n"
-                  f"    acc = entry[1] + u\n"
-                  f"    entry[1] = acc\n"
-                  f"    entry[0] += 1\n"
-                  f"    return acc\n")
-        namespace = {}
-        exec(compile(source, f"<blt step d={d}>", "exec"), namespace)  # noqa: S102
-        self._cache["step_kernel"] = namespace["step"]
-        return namespace["step"]
+        names, read, update = self._recurrence("buffers[{i}]")
+        self._cache["step_kernel"] = self._compiled("step", (
+            f"def step(zt, entry):\n"
+            f"    buffers = entry[2]\n"
+            f"    {names}, = buffers\n"
+            f"    u = zt - ({read})\n"
+            f"    {update}\n"
+            f"    acc = entry[1] + u\n"
+            f"    entry[1] = acc\n"
+            f"    entry[0] += 1\n"
+            f"    return acc\n"))
+        return self._cache["step_kernel"]
