@@ -72,7 +72,7 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
             job_config.fail("secret.stored", "used with a state directory "
                                              "(python3 -m pipelines.schedule)", True)
         if not job.secret.configured:
-            job_config.fail("secret", "configured (env or path) for this runner", "none")
+            job_config.fail("secret", "configured (env, path or gcp_secret) for this runner", "none")
         secret = job.secret.ref()
     name, params = mechanism or (job.mechanism.name, job.mechanism.params)
     kwargs = dict(steps=job.steps.time_steps(),
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     try:
         job = job_config.load(args.config)
         if not job.secret.configured and runner not in LOCAL_RUNNERS:
-            job_config.fail("secret", f"configured (env or path) for the remote runner {runner} "
+            job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
         io.preflight(job, runner in LOCAL_RUNNERS)
     except ValueError as error:

@@ -111,7 +111,7 @@ def test_a_seed_without_insecure_is_refused_and_remote_runners_need_a_secret(tmp
     assert len(error) == 1 and error[0].startswith("error: `secret` must be a secret from env")
     plain = demo_count(tmp_path, "remote")
     assert job_run.main(["--config", plain, "--runner=DataflowRunner"]) == 2
-    assert "`secret` must be configured (env or path) for the remote runner DataflowRunner" in \
+    assert "`secret` must be configured (env, path or gcp_secret) for the remote runner DataflowRunner" in \
         capsys.readouterr().err
     insecure = demo_count(tmp_path, "demo", secret={"seed": 2026, "insecure": True})
     rows = released(insecure)
