@@ -6,9 +6,10 @@ of the run's data interval, so a late or repeated run releases exactly the steps
 then (re-running spends nothing). max_active_runs=1: runs of one release never overlap (the
 state directory's commit marker refuses the second of two concurrent runs anyway).
 
-NOTE: the drivers commit a release after its job finishes, which a Flex Template launch does not
-wait for; dataflow/main.py refuses such a launch (one error line) until the commit runs inside the
-job. Until then schedule the image as a Cloud Run job (dataflow/SCHEDULING.md).
+The job commits its checkpoint and publishes its records as its last stage (the launcher only
+stages it), and wait_until_finished=True makes the task fail when the job fails: a run that lost
+the commit race to another fails its job with "another run already committed steps from ...",
+having published nothing.
 """
 from __future__ import annotations
 

@@ -8,12 +8,13 @@ continual-release job with the template's parameters.
 `python3 -m pipelines.schedule --state-dir ... [--now ...]`. Every other argument (the
 launcher's --runner, --project, --region, --temp_location, --setup_file, ...) goes to Beam.
 
-Both drivers finish their work after the Dataflow job has finished (`pipelines.run` commits the
-output set and writes release.json; `pipelines.schedule` writes the ledger, the commit marker and
-publishes). A Flex Template launch only stages the job (the launcher passes --template_location
-and the job runs after this program exits), so such a launch is refused here with one error line
-instead of committing an empty release: run this image's entry point directly, where the driver
-waits for its job (e.g. a Cloud Run job, dataflow/SCHEDULING.md).
+Both jobs commit themselves as their last stage, after every write (`pipelines.commit`:
+release.json and the output sets; the scheduler's ledger, MAC'd commit marker and publication).
+So a Flex Template launch, which only stages the job (the launcher passes --template_location and
+the job runs after this program exits), releases exactly what a driver that waits releases; the
+driver then prints that the job is staged. Where the driver waits (run directly, or as a Cloud
+Run job), it also prints the run summary and writes the truncation counters into the operator
+folder's summary.json.
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import argparse
 import sys
 
 MODES = ("run", "schedule")
-STAGING_ONLY = "--template_location"   # Beam stages the job instead of running it
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,10 +45,6 @@ def driver(argv=None):
     """(module name, its argv) for the parameters in `argv`; a ValueError for a bad combination."""
     from transforms.validation import fail
     args, beam_args = parser().parse_known_args(argv)
-    if any(a == STAGING_ONLY or a.startswith(STAGING_ONLY + "=") for a in beam_args):
-        fail("launch", "one whose driver waits for its Dataflow job (the release is committed "
-                       "after the job: run this image's dataflow/main.py directly, e.g. as a "
-                       "Cloud Run job; see dataflow/SCHEDULING.md)", STAGING_ONLY)
     if args.mode == "schedule":
         if not args.state_dir:
             fail("state_dir", "given with mode schedule (the release's checkpoint folder)", None)

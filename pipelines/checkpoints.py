@@ -269,9 +269,10 @@ def read_states(pipeline, label: str, folder, name: str):
             | f"Decode{label}" >> beam.Map(codec.loads))
 
 
-def write_states(states, label: str, folder: str, name: str) -> None:
-    (states | f"Encode{label}" >> beam.Map(codec.dumps)
-     | f"Store{label}" >> beam.io.WriteToText(join(folder, name)))
+def write_states(states, label: str, folder: str, name: str):
+    """-> the written file names."""
+    return (states | f"Encode{label}" >> beam.Map(codec.dumps)
+            | f"Store{label}" >> beam.io.WriteToText(join(folder, name)))
 
 
 def write_text(path, text):

@@ -97,9 +97,9 @@ def read_elements(pipeline, job: job_config.JobConfig):
     return elements.elements, dead + [elements[DEAD_LETTER]]
 
 
-def write_records(records, job: job_config.JobConfig, prefix: str) -> None:
-    for fmt in job.output.formats:
-        records | f"Write {fmt}" >> SINKS[fmt](prefix)
+def write_records(records, job: job_config.JobConfig, prefix: str) -> list:
+    """-> the written file names of every configured format (PCollections)."""
+    return [records | f"Write {fmt}" >> SINKS[fmt](prefix) for fmt in job.output.formats]
 
 
 def released_stddevs(folder: str) -> list:
@@ -133,10 +133,10 @@ def pa_buffer(data: bytes):
     return pa.BufferReader(data)
 
 
-def write_dead_letters(dead_letters, prefix: str) -> None:
-    """Operator-only (NOT private: raw input records)."""
-    (dead_letters | "AllDeadLetters" >> beam.Flatten()
-     | "WriteDeadLetters" >> WriteRecordsToJsonLines(prefix))
+def write_dead_letters(dead_letters, prefix: str):
+    """Operator-only (NOT private: raw input records). -> the written file names."""
+    return (dead_letters | "AllDeadLetters" >> beam.Flatten()
+            | "WriteDeadLetters" >> WriteRecordsToJsonLines(prefix))
 
 
 def read_rows(pipeline, job: job_config.JobConfig):
@@ -299,6 +299,10 @@ class OutputStaging:
                                .metadata_list)
                 files.sort(key=lambda p: p.endswith("release.json"))  # the manifest last
                 FileSystems.copy(files, [final + p[len(staged):] for p in files])
+        self.remove_leftovers()
+
+    def remove_leftovers(self) -> None:
+        """Deletes the staging folder (after a commit, or a retried commit that had finished)."""
         if "://" not in self.root:
             shutil.rmtree(self.root, ignore_errors=True)
         else:

@@ -28,16 +28,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import io, logs
+from pipelines import commit, io, logs
 from transforms import registry
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner")
-OPERATOR_README = (
-    "This folder is for the operator only. It is NOT differentially private: dead letters hold\n"
-    "raw input records, and counts here depend exactly on individuals' data. Do not publish it.\n")
 
 
 def runner_of(beam_args) -> str:
@@ -94,25 +91,31 @@ def release_manifest(transform) -> dict:
             "descriptor": transform.descriptor, "display": display}
 
 
-def write_operator_readme(folder: str) -> None:
-    FileSystems.mkdirs(folder) if not FileSystems.exists(folder) else None
-    with FileSystems.create(os.path.join(folder, "README.txt")) as handle:
-        handle.write(OPERATOR_README.encode("utf-8"))
-
-
 def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=None,
-          operator_folder=None) -> str:
+          operator_folder=None) -> list:
     """The whole job: one release of all steps, written into `public_folder` and
-    `operator_folder` (default: the job's own folders). Returns the public folder."""
-    folder = public_folder or job.public_path
+    `operator_folder` (default: the job's own folders). Returns the writes (PCollections of
+    written file names)."""
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
     result = elements | job.transform >> (transform or build_transform(job))
     # records (one per public key and step) + dead letters
-    io.write_records(result.records, job, os.path.join(folder, "records"))
-    io.write_dead_letters(dead + [result.dead_letters],
-                          os.path.join(operator_folder or job.operator_path, "dead_letters"))
-    return folder
+    writes = io.write_records(result.records, job,
+                              os.path.join(public_folder or job.public_path, "records"))
+    # file names of the records, per format
+    writes.append(io.write_dead_letters(
+        dead + [result.dead_letters],
+        os.path.join(operator_folder or job.operator_path, "dead_letters")))
+    return writes
+
+
+def build_release(pipeline, job: job_config.JobConfig, transform, staging) -> None:
+    """`build` into the staging folders, then the job's last stage commits them (release.json,
+    the operator README and summary, the swap of the output sets) once every write finished:
+    the job commits itself, also when its launcher does not wait for it (a Flex Template)."""
+    writes = build(pipeline, job, transform, staging.public, staging.operator)
+    commit.after_writes(pipeline, writes, commit.CommitRun(staging, release_manifest(transform)),
+                        "CommitRelease")
 
 
 def main(argv=None) -> int:
@@ -147,18 +150,18 @@ def main(argv=None) -> int:
             return 2
         staging = io.OutputStaging(job)  # removes what killed runs left behind
         pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
-        build(pipeline, job, transform, staging.public, staging.operator)
+        build_release(pipeline, job, transform, staging)
         result = pipeline.run()
-        result.wait_until_finish()
-    with FileSystems.create(os.path.join(staging.public, "release.json")) as handle:
-        handle.write(json.dumps(release_manifest(transform), indent=2, sort_keys=True,
-                                default=str).encode("utf-8"))
-    write_operator_readme(staging.operator)
-    operator = operator_summary(result, staging.operator)
-    with FileSystems.create(os.path.join(staging.operator, "summary.json")) as handle:
-        handle.write(json.dumps(operator, indent=2, sort_keys=True).encode("utf-8"))
-    public = public_summary(transform, job, staging.public)
-    staging.commit()  # the public and operator folders are replaced as whole sets
+        if commit.staged_only(beam_args):
+            print(f"release {transform.release_id}: job staged, not run; when it runs, its last "
+                  f"stage commits {job.public_path} and {job.operator_path}")
+            return 0
+        result.wait_until_finish()  # the job committed its output sets as its last stage
+    operator = operator_summary(result, job.operator_path)
+    with FileSystems.create(os.path.join(job.operator_path, "summary.json")) as handle:
+        handle.write(json.dumps(dict(operator, release_id=transform.release_id), indent=2,
+                                sort_keys=True).encode("utf-8"))
+    public = public_summary(transform, job, job.public_path)
     summary = {"job": job.job, "public": public, "operator_not_private": operator}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -238,20 +241,11 @@ def operator_summary(result, operator_folder: str) -> dict:
                 counters[name] = counters.get(name, 0) + int(counter.committed or 0)
     except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
         pass
-    reasons = {}
-    for meta in FileSystems.match([os.path.join(operator_folder, "dead_letters-*")])[0] \
-            .metadata_list:
-        with FileSystems.open(meta.path) as handle:
-            for line in handle.read().decode("utf-8").splitlines():
-                if line.strip():
-                    reason = json.loads(line).get("reason", "")
-                    kind = reason.split(";")[0].split(":")[0][:60]
-                    reasons[kind] = reasons.get(kind, 0) + 1
     return {"events_in_window": counters.get("events_in_window"),
             "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
                           if k.startswith("truncated_by_")},
             "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
-            "dead_letters": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+            "dead_letters": commit.dead_letters_by_reason(operator_folder)}
 
 
 def describe(summary: dict) -> str:

@@ -34,7 +34,6 @@ skipped, events of incomplete steps are left for a later run.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -49,12 +48,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import config as job_config
 from pipelines import io, logs
 from pipelines import run as job_run
-from pipelines.checkpoints import (COMMITTED, LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun,
-                                   check_ledger, committed_checkpoints, create_if_absent,
-                                   fingerprint, join, marker_path, read_json, read_states,
-                                   remove_stale_checkpoints, stored_secret, verify_checkpoint,
-                                   write_manifest, write_states, write_text, marker_mac,
-                                   verify_marker)
+from pipelines.checkpoints import (LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun, check_ledger,
+                                   committed_checkpoints, fingerprint, join, marker_path,
+                                   read_json, read_states, remove_stale_checkpoints,
+                                   stored_secret, verify_checkpoint, write_states, verify_marker)
+from pipelines.commit import CommitCheckpoint, after_writes, staged_only
 
 
 def committed_manifest(state_dir, checkpoints, secret) -> str:
@@ -67,9 +65,10 @@ from transforms.sinks import WriteRecordsToJsonLines, records_file, write_record
 from transforms.stages import StepWindow
 
 
-def build(pipeline, job, transform, released, complete, previous, folder):
+def build(pipeline, job, transform, released, complete, previous, folder) -> list:
     """One scheduled run: the steps [released, complete) of the same composition that
-    `pipelines.run` runs, continued from the previous checkpoint; writes under `folder`."""
+    `pipelines.run` runs, continued from the previous checkpoint; writes under `folder` and
+    returns the writes (PCollections of written file names)."""
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
     unit_states = read_states(pipeline, "UnitStates", previous, "units")
@@ -78,11 +77,11 @@ def build(pipeline, job, transform, released, complete, previous, folder):
     result = elements | job.transform >> transform.resume(StepWindow(released, complete),
                                                           unit_states, key_states)
     # records of the window's steps + dead letters + the new unit and key states
-    result.records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records"))
-    write_states(result.unit_states, "UnitStates", folder, "units")
-    write_states(result.key_states, "KeyStates", folder, "keys")
-    (dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
-     | "StoreDeadLetters" >> WriteRecordsToJsonLines(join(folder, "dead_letters")))
+    return [result.records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records")),
+            write_states(result.unit_states, "UnitStates", folder, "units"),
+            write_states(result.key_states, "KeyStates", folder, "keys"),
+            (dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
+             | "StoreDeadLetters" >> WriteRecordsToJsonLines(join(folder, "dead_letters")))]
 
 
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
@@ -126,41 +125,48 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
                 "published": published_folder(job, transform.release_id),
                 "spent": "nothing (no newly complete step)"}
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
-    options = PipelineOptions(list(beam_args) if any(a.startswith("--runner") for a in beam_args)
-                              else ["--runner=FnApiRunner", *beam_args])
-    with beam.Pipeline(options=options) as pipeline:
-        build(pipeline, job, transform, released, complete, previous, folder)
-    runs = (ledger or {}).get("runs", []) + [{
-        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "steps": [released, complete]}]
-    write_text(join(folder, LEDGER), json.dumps({
+    ledger_of_run = {
         "release_id": transform.release_id, "descriptor": transform.descriptor,
         "descriptor_digest": transform.config.descriptor_digest,
         "mechanism": transform.config.mechanism,
         "mechanism_params": dict(transform.config.params),
         "secret_fingerprint": secret_fingerprint, "private": transform.private,
-        "config": fingerprint(job), "runs": runs}, indent=2, sort_keys=True, default=str))
-    manifest = write_manifest(folder)
-    marker = json.dumps({"checkpoint": folder, "steps": [released, complete],
-                         "release_id": transform.release_id, "manifest_sha256": manifest,
-                         "manifest_mac": marker_mac(secret, transform.release_id,
-                                                    [released, complete], manifest)}
-                        ).encode("utf-8")
-    if not create_if_absent(marker_path(state_dir, released), marker):
-        raise ConcurrentRun(f"another run already committed steps from {released} in the "
-                            f"state directory {state_dir}; this run published nothing")
-    with FileSystems.open(marker_path(state_dir, released)) as handle:  # re-check after commit
-        if json.loads(handle.read().decode("utf-8"))["checkpoint"] != folder:
-            raise ConcurrentRun(f"the commit marker of steps from {released} in {state_dir} "
-                                f"names another run; this run published nothing")
-    write_text(join(folder, COMMITTED), "")
-    publish(job, transform.release_id, folder, released, complete)
+        "config": fingerprint(job), "runs": (ledger or {}).get("runs", [])}
+    beam_args = list(beam_args)
+    options = PipelineOptions(beam_args if any(a.startswith("--runner") for a in beam_args)
+                              else ["--runner=FnApiRunner", *beam_args])
+    pipeline = beam.Pipeline(options=options)
+    writes = build(pipeline, job, transform, released, complete, previous, folder)
+    after_writes(pipeline, writes, CommitCheckpoint(job, state_dir, folder, released, complete,
+                                                    secret, ledger_of_run, publish),
+                 "CommitCheckpoint")
+    try:
+        result = pipeline.run()
+        if staged_only(beam_args):
+            return {"released_before": released, "released_after": released, "new_steps": 0,
+                    "staged": [released, complete], "release_id": transform.release_id,
+                    "records": stored, "published": published_folder(job, transform.release_id),
+                    "spent": "nothing yet (the job is staged; it commits steps "
+                             f"{released} -> {complete} as its last stage when it runs)"}
+        result.wait_until_finish()
+    except Exception:
+        if committed_by_another(state_dir, released, folder):
+            raise ConcurrentRun(f"another run already committed steps from {released} in the "
+                                f"state directory {state_dir}; this run published nothing")
+        raise
     return {"released_before": released, "released_after": complete,
             "new_steps": complete - released, "release_id": transform.release_id,
             "records": stored + [join(folder, "records-*.jsonl")],
             "published": published_folder(job, transform.release_id),
             "spent": "the release's budget (once for all T steps)" if released == 0 else
                      "nothing new (the budget covers all T steps of this release)"}
+
+
+def committed_by_another(state_dir: str, released: int, folder: str) -> bool:
+    try:
+        return read_json(marker_path(state_dir, released)).get("checkpoint") != folder
+    except (OSError, IOError, ValueError, AttributeError):
+        return False
 
 
 def published_folder(job, release_id: str) -> str:
@@ -221,6 +227,11 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 3
     print(f"release {summary['release_id']}")
+    if "staged" in summary:
+        first, last = summary["staged"]
+        print(f"job staged, not run: when it runs, its last stage commits steps {first} -> "
+              f"{last} and publishes them to {summary['published']}/records-steps-*")
+        return 0
     print(f"steps released: {summary['released_before']} -> {summary['released_after']} "
           f"({summary['new_steps']} new); budget spent: {summary['spent']}")
     print(f"published records: {summary['published']}/records-steps-*")
