@@ -197,3 +197,19 @@ def test_the_dag_launches_the_template_with_its_parameters():
     assert isinstance(mode, ast.Constant) and re.fullmatch(meta["mode"]["regexes"][0],
                                                            mode.value)
     assert mode.value == "schedule"
+
+
+def test_scheduling_commands_use_the_templates_parameters():
+    """SCHEDULING.md's `flex-template run --parameters` names are metadata.json's, and the
+    Cloud Run job's launcher arguments are options the launcher takes (or Beam's)."""
+    with open(os.path.join(DATAFLOW, "SCHEDULING.md"), encoding="utf-8") as handle:
+        text = handle.read().replace("\\\n", " ")
+    names = {p["name"] for p in metadata()["parameters"]}
+    given = re.findall(r"--parameters (\S+)", text)
+    assert given
+    for parameters in given:
+        assert {item.split("=", 1)[0] for item in parameters.split(",")} <= names, parameters
+    launched = re.findall(r"--args=/template/dataflow/main\.py,(\S+)", text)
+    assert launched
+    module, argv = launcher().driver(launched[0].split(","))
+    assert module == "pipelines.schedule" and "--state-dir" in argv
