@@ -153,7 +153,10 @@ def main(argv=None) -> int:
         build_release(pipeline, job, transform, staging)
         result = pipeline.run()
         if commit.staged_only(beam_args):
-            print(f"release {transform.release_id}: job staged, not run; when it runs, its last "
+            staged = {"job": job.job, "staged": True, "release_id": transform.release_id,
+                      "commits": [job.public_path, job.operator_path]}
+            print(json.dumps(staged, indent=2, sort_keys=True) if args.json else
+                  f"release {transform.release_id}: job staged, not run; when it runs, its last "
                   f"stage commits {job.public_path} and {job.operator_path}")
             return 0
         result.wait_until_finish()  # the job committed its output sets as its last stage

@@ -73,6 +73,13 @@ def test_a_staged_run_commits_its_output_set_when_the_job_runs(tmp_path, launche
     assert records == continuous(tmp_path, config)  # same seed: what a waiting driver writes
 
 
+def test_a_staged_run_prints_json_when_asked(tmp_path, launcher, capsys):
+    config = write_config(tmp_path, "active_users.yaml")
+    assert job_run.main(["--config", config, "--json", *STAGE]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["staged"] is True and printed["job"] == job_config.load(config).job
+
+
 def test_a_staged_scheduled_run_commits_and_publishes_when_the_job_runs(tmp_path, launcher,
                                                                        monkeypatch):
     staged, run_on_dataflow = launcher
