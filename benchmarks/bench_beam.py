@@ -2,16 +2,21 @@
 
     python3 benchmarks/bench_beam.py [--events 1000000] [--users 100000] [--keys 1000]
                                      [--steps 100] [--only count|distinct] [--scale 1e5,1e6]
+                                     [--pipelines floor,continual_count,...]
 
 A seeded generator writes the input to Parquet first (not timed): columns user, key, ts (int64,
 event time in microseconds; `--users` users, `--keys` public keys, `--steps` hourly steps) and,
 for the count-distinct variant, op ('+' / '-'), item, key, ts. Then, in ONE process
-(FnApiRunner in-process), each pipeline reads that file with ReadFromParquet:
+(FnApiRunner in-process), each pipeline reads that file (ReadFromParquet, one dict per row;
+continual_count: ReadFromParquetBatched, one Arrow table per row group):
 - floor: plain non-private count per (key, step): ((key, step), 1) | CombinePerKey(sum);
 - pipeline_dp: PipelineDP's private Count, same caps, public partitions, ONE release (skipped
   when `pipeline_dp` is not importable);
 - continual_count: ContinualCount, caps 2 keys x 2 contributions per user, T releases of every
-  public key;
+  public key, through the BATCHED entry: ReadFromParquetBatched -> `ArrowEvents` (Arrow tables
+  -> EventBatches, steps assigned with numpy; `transforms.arrow_input`) -> ContinualCount;
+- continual_count_elements: the same ContinualCount through the ELEMENT entry: ReadFromParquet
+  -> TimestampedValue((user, key), ts) per row -> ContinualCount (the same records);
 - distinct_floor: plain non-private distinct items per (key, step);
 - continual_distinct: ContinualCountDistinct (max_flips 4, 1 key per item).
 Prints seconds and ratios against the floor measured in the same run. With `--scale` it runs
@@ -36,6 +41,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from apache_beam.transforms.window import TimestampedValue  # noqa: E402
 
 from transforms import ContinualCount, ContinualCountDistinct, SecretRef, TimeSteps  # noqa: E402
+from transforms.arrow_input import ArrowEvents  # noqa: E402
 
 ORIGIN = 1_700_000_000.0
 HOUR = 3600.0
@@ -103,8 +109,18 @@ def pipelines(paths, args, steps, keys):
         accountant.compute_budgets()
         result | beam.Map(lambda r: None)
 
-    def continual_count(p):
+    def continual_count_elements(p):
         result = count_events(p) | ContinualCount(
+            steps=steps, public_keys=keys, epsilon=1.0, max_contributions=MAX_CONTRIBUTIONS,
+            max_keys_per_unit=MAX_KEYS, mechanism="kary_subtraction",
+            mechanism_params={"k": 19}, secret=SecretRef(seed=1), insecure=True)
+        result.records | "Drain" >> beam.Map(lambda r: None)
+
+    def continual_count(p):  # the batched entry: no Beam element per event
+        batches = (p | "Read" >> beam.io.ReadFromParquetBatched(count_path)
+                   | "Events" >> ArrowEvents({"unit": "user", "key": "key"}, timestamp="ts",
+                                             timestamp_unit="us"))
+        result = batches | ContinualCount(
             steps=steps, public_keys=keys, epsilon=1.0, max_contributions=MAX_CONTRIBUTIONS,
             max_keys_per_unit=MAX_KEYS, mechanism="kary_subtraction",
             mechanism_params={"k": 19}, secret=SecretRef(seed=1), insecure=True)
@@ -123,13 +139,19 @@ def pipelines(paths, args, steps, keys):
         result.records | "Drain" >> beam.Map(lambda r: None)
 
     count = [("floor", floor), ("pipeline_dp", pipeline_dp_count),
-             ("continual_count", continual_count)]
+             ("continual_count", continual_count),
+             ("continual_count_elements", continual_count_elements)]
     distinct = [("distinct_floor", distinct_floor), ("continual_distinct", continual_distinct)]
-    return {"count": count, "distinct": distinct, "all": count + distinct}[args.only]
+    chosen = {"count": count, "distinct": distinct, "all": count + distinct}[args.only]
+    if args.pipelines:
+        names = args.pipelines.split(",")
+        chosen = [(name, build) for name, build in chosen if name in names]
+    return chosen
 
 
 RATIOS = (("continual_count", "floor"), ("pipeline_dp", "floor"),
-          ("continual_count", "pipeline_dp"), ("continual_distinct", "distinct_floor"))
+          ("continual_count", "pipeline_dp"), ("continual_count_elements", "floor"),
+          ("continual_count_elements", "pipeline_dp"), ("continual_distinct", "distinct_floor"))
 
 
 def run_size(events: int, args) -> dict:
@@ -144,7 +166,7 @@ def run_size(events: int, args) -> dict:
             except ImportError as error:
                 print(f"  {name:<20} skipped ({error})", flush=True)
                 continue
-            print(f"  {name:<20}{times[name]:8.2f} s wall {cpus[name]:8.2f} s CPU "
+            print(f"  {name:<25}{times[name]:8.2f} s wall {cpus[name]:8.2f} s CPU "
                   f"{cpus[name] / events * 1e6:7.1f} us CPU/event", flush=True)
     for top, bottom in RATIOS:
         if top in times and bottom in times:
@@ -160,6 +182,8 @@ def main():
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--only", choices=("all", "count", "distinct"), default="all")
+    parser.add_argument("--pipelines", default=None,
+                        help="comma-separated pipeline names to run (default: all of --only)")
     parser.add_argument("--scale", default=None,
                         help="comma-separated event counts, e.g. 1e5,1e6[,4e6]: prints the slope")
     args = parser.parse_args()

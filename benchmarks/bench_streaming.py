@@ -2,11 +2,13 @@
 
     python3 benchmarks/bench_streaming.py [--units 20000] [--events 100000] [--keys 200]
                                           [--steps 100] [--long-horizon 8760]
+                                          [--mechanisms a,b] [--interleaved binary_tree,...]
 
 CPU time of this process (time.process_time: robust on a shared machine). The DoFn methods
-of `transforms.stages` are called directly with fake state and timer objects
-that encode on write and decode on read with the DoFn's own coders (as Beam's state does, so
-the coding cost is counted and the bytes are real). The runner's own cost per element and per
+of `transforms.stages` are called directly with fake state and timer objects, made from the
+DoFn's own state specs, that encode on write and decode on read with the DoFn's own coders
+(as Beam's state does, so the coding cost is counted and the bytes are real); the fakes'
+bookkeeping (finding a key's cells, clearing a fired timer) is outside the timed calls. The runner's own cost per element and per
 timer firing comes on top (BEAM_NOTES.md: ~7,000 timer firings/s on FnApiRunner with the state
 cache disabled, ~400/s with it).
 
@@ -14,14 +16,19 @@ Prints
 - truncation (`TruncateStreamingFn`): us per event of `process` (buffering) and of the step-end
   `flush` timer (the unit's machine, per event and per firing);
 - release (`ReleaseStreamingFn`) for every mechanism: us per step total in `process`, us per
-  key-step release (the `release` timer, i.e. timer firings per second of DoFn CPU), and the
-  bytes of Beam state per key (the sealed mechanism state, pending sums, halted);
+  key-step release (the `release` timer, i.e. timer firings per second of DoFn CPU), the same
+  keys again on fresh state ("warm": without the first derivation of the noise blocks a key's
+  steps read, 1024 nodes per block and tree level), and the bytes of Beam state per key (the
+  sealed mechanism state, pending sums, halted); with `--interleaved`, those mechanisms again
+  with all keys stepping together (as at a step end on a worker: the keys then share the
+  mechanism's bounded noise-block cache);
 - the square root mechanism at `--long-horizon` steps: its per-key state grows with t, and
   what that means for 1e5 keys.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -29,7 +36,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
-from apache_beam.coders import BytesCoder, PickleCoder  # noqa: E402
+import apache_beam as beam  # noqa: E402
+from apache_beam.transforms.userstate import BagStateSpec  # noqa: E402
 from apache_beam.utils.timestamp import Timestamp  # noqa: E402
 
 from transforms import ContinualCount, SecretRef, TimeSteps  # noqa: E402
@@ -93,6 +101,43 @@ def drain(generator):
     return sum(1 for _ in generator) if generator is not None else 0
 
 
+class Cells:
+    """One key's fake state cells and timers, made from the DoFn's own specs (the parameter
+    defaults of its methods), so the benchmark follows whatever state layout the DoFn uses."""
+
+    def __init__(self):
+        self.cells, self.timers = {}, {}
+
+    def bind(self, method, **given):
+        """Keyword arguments for `method`: its state and timer parameters bound to this key's
+        cells, its key / timestamp parameters to `given` ("key", "fire"; "fire" may be left
+        out and passed at the call)."""
+        kwargs = {}
+        for name, param in inspect.signature(method).parameters.items():
+            default = param.default
+            spec = getattr(default, "state_spec", None)
+            if spec is not None:
+                cell = self.cells.get(spec.name)
+                if cell is None:
+                    kind = FakeBag if isinstance(spec, BagStateSpec) else FakeValue
+                    cell = self.cells[spec.name] = kind(spec.coder)
+                kwargs[name] = cell
+            elif getattr(default, "timer_spec", None) is not None:
+                kwargs[name] = self.timers.setdefault(default.timer_spec.name, FakeTimer())
+            elif default is beam.DoFn.KeyParam:
+                kwargs[name] = given["key"]
+            elif default is beam.DoFn.TimestampParam and "fire" in given:
+                kwargs[name] = given["fire"]
+        return kwargs
+
+    def clear_timers(self):
+        for timer in self.timers.values():
+            timer.clear()
+
+    def size(self):
+        return sum(cell.size() for cell in self.cells.values())
+
+
 def count_transform(steps, keys, mechanism):
     """rho = 0.5 (zCDP: every mechanism has a discrete release there but blt, which gets
     float noise)."""
@@ -109,6 +154,7 @@ def truncation(args):
     steps = TimeSteps(ORIGIN, HOUR, args.steps)
     transform = count_transform(steps, list(range(args.keys)), "binary_tree")
     fn = TruncateStreamingFn(transform.problem, steps, False)
+    fn.setup()
     rng = np.random.default_rng(1)
     unit_ids = rng.integers(0, args.units, args.events).tolist()
     key_ids = rng.integers(0, args.keys, args.events).tolist()
@@ -116,17 +162,18 @@ def truncation(args):
                                   args.events)).tolist()
     events = [(u, (int((m / 1e6 - ORIGIN) // HOUR), m, (k, 1.0)))
               for u, k, m in zip(unit_ids, key_ids, micros)]
-    pickle = PickleCoder()
     states = {}
 
     def state_of(unit):
         found = states.get(unit)
         if found is None:
-            found = states[unit] = {"buffer": FakeBag(pickle), "unit_state": FakeValue(pickle),
-                                    "next_step": FakeValue(pickle),
-                                    "earliest": FakeValue(pickle), "timer": FakeTimer()}
+            cells = Cells()
+            found = states[unit] = (cells, cells.bind(fn.process),
+                                    cells.bind(fn.flush, key=unit))
         return found
 
+    for unit in set(unit_ids):  # cells made outside the timed loops
+        state_of(unit)
     process_s = flush_s = 0.0
     firings = outputs = 0
     # event time order, step by step: buffer a step's events, then fire the step-end timers
@@ -134,27 +181,24 @@ def truncation(args):
     for unit, event in events:
         by_step.setdefault(event[0], []).append((unit, event))
     for step in range(args.steps):
-        batch = by_step.get(step, [])
+        # the fakes' bookkeeping (finding a unit's cells, clearing its fired timer) is done
+        # outside the timed loops: only the DoFn's calls are timed
+        batch = [(element, state_of(element[0])[1]) for element in by_step.get(step, [])]
         start = time.process_time()
-        for element in batch:
-            s = state_of(element[0])
-            drain(fn.process(element, buffer=s["buffer"], next_step=s["next_step"],
-                             earliest=s["earliest"], timer=s["timer"]))
+        for element, kwargs in batch:
+            drain(fn.process(element, **kwargs))
         process_s += time.process_time() - start
         fire = Timestamp(micros=int(round(steps.end(step) * 1e6)))
-        due = {unit for unit, _ in batch}
+        due = [state_of(unit) for unit in {unit for unit, _ in by_step.get(step, [])}]
+        for cells, _, _ in due:
+            cells.clear_timers()
         start = time.process_time()
-        for unit in due:
-            s = state_of(unit)
-            s["timer"].clear()
-            outputs += drain(fn.flush(key=unit, fire=fire, buffer=s["buffer"],
-                                      unit_state=s["unit_state"], next_step=s["next_step"],
-                                      earliest=s["earliest"], timer=s["timer"]))
-            firings += 1
+        for _, _, flush in due:
+            outputs += drain(fn.flush(fire=fire, **flush))
         flush_s += time.process_time() - start
+        firings += len(due)
     n = len(events)
-    unit_bytes = np.mean([sum(v.size() for k, v in s.items() if k != "timer")
-                          for s in states.values()])
+    unit_bytes = np.mean([cells.size() for cells, _, _ in states.values()])
     print(f"truncation (count, caps 2 keys x 2): {n} events, {len(states)} units, "
           f"{args.steps} steps")
     print(f"  process (buffer an event)      {process_s / n * 1e6:7.1f} us/event")
@@ -165,43 +209,59 @@ def truncation(args):
           f"{outputs} outputs; state {unit_bytes:.0f} bytes per unit after the horizon")
 
 
-def release(args, mechanism, horizon, keys, sample_steps=None):
-    """Per key: the seed, one StepTotal per (key, step) and the release timer at every step."""
+def release(args, mechanism, horizon, keys, sample_steps=None, interleaved=False,
+            warm=True):
+    """Per key: the seed, one StepTotal per (key, step) and the release timer at every step.
+
+    Keys one after the other (each through every step), then the same keys again on fresh
+    state ("warm": the same work without the first derivation of the noise blocks a key's
+    steps read, which a key pays once per block of 1024 nodes per tree level). With
+    `interleaved`, all keys step together instead, as when the watermark passes a step end:
+    a worker's keys then share the mechanism's bounded noise-block cache."""
     steps = TimeSteps(ORIGIN, HOUR, horizon)
     transform = count_transform(steps, list(range(keys)), mechanism)
     fn = ReleaseStreamingFn(transform.config, transform.public_keys)
     fn.setup()
-    pickle, raw = PickleCoder(), BytesCoder()
     from transforms.stages import Seed
     rng = np.random.default_rng(2)
-    process_s = release_s = 0.0
-    totals = releases = 0
-    sizes = []
-    last = []
-    for key in range(keys):
-        pending, counter, halted, timer = (FakeValue(pickle), FakeValue(raw),
-                                           FakeValue(pickle), FakeTimer())
-        drain(fn.process((key, Seed()), pending=pending, counter=counter, halted=halted,
-                         timer=timer))
-        values = rng.poisson(3, horizon).astype(float).tolist()
-        for step in range(horizon):
-            message = (key, StepTotal(step, values[step]))
+    values = [rng.poisson(3, horizon).astype(float).tolist() for _ in range(keys)]
+
+    def run(order):
+        """(process s, release s, releases, last-steps release s, state bytes per key)."""
+        process_s = release_s = 0.0
+        last = []
+        cells = [Cells() for _ in range(keys)]
+        bound = [(key, cells[key].bind(fn.process), cells[key].bind(fn.release, key=key))
+                 for key in range(keys)]
+        for key, process, _ in bound:
+            drain(fn.process((key, Seed()), **process))
+        for key, step in order:
+            _, process, fire = bound[key]
+            message = (key, StepTotal(step, values[key][step]))
             start = time.process_time()
-            drain(fn.process(message, pending=pending, counter=counter, halted=halted,
-                             timer=timer))
+            drain(fn.process(message, **process))
             middle = time.process_time()
-            drain(fn.release(key=key, pending=pending, counter=counter, halted=halted,
-                             timer=timer))
+            drain(fn.release(**fire))
             end = time.process_time()
             process_s += middle - start
             release_s += end - middle
             if sample_steps and step >= horizon - sample_steps:
                 last.append(end - middle)
-            totals += 1
-            releases += 1
-        sizes.append(pending.size() + counter.size() + halted.size())
-    return {"process_us": process_s / totals * 1e6, "release_us": release_s / releases * 1e6,
-            "firings_per_s": releases / release_s, "bytes_per_key": float(np.mean(sizes)),
+        return process_s, release_s, last, float(np.mean([c.size() for c in cells]))
+
+    if interleaved:
+        order = [(key, step) for step in range(horizon) for key in range(keys)]
+        process_s, release_s, last, size = run(order)
+        warm_s = None
+    else:
+        process_s, release_s, last, size = run([(key, step) for key in range(keys)
+                                                for step in range(horizon)])
+        warm_s = run([(key, step) for key in range(keys) for step in range(horizon)])[1] \
+            if warm else None
+    releases = keys * horizon
+    return {"process_us": process_s / releases * 1e6, "release_us": release_s / releases * 1e6,
+            "warm_us": None if warm_s is None else warm_s / releases * 1e6,
+            "firings_per_s": releases / release_s, "bytes_per_key": size,
             "last_release_us": float(np.mean(last)) * 1e6 if last else None}
 
 
@@ -213,24 +273,33 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--long-horizon", type=int, default=8760)
     parser.add_argument("--mechanisms", default=",".join(NAMES))
+    parser.add_argument("--interleaved", default="",
+                        help="mechanisms to release again with all keys stepping together")
     args = parser.parse_args()
     truncation(args)
     print(f"release per key ({args.keys} keys x {args.steps} steps, one step total per "
           f"key-step; targets <= 30 us per key-step release for the trees):")
     print(f"  {'mechanism':<20}{'process us/total':>17}{'release us/key-step':>21}"
-          f"{'firings/s':>11}{'state B/key':>13}")
+          f"{'warm':>7}{'firings/s':>11}{'state B/key':>13}")
     for name in args.mechanisms.split(","):
         try:
             r = release(args, name, args.steps, args.keys)
         except Exception as error:  # a mechanism this horizon or budget does not fit
             print(f"  {name:<20}skipped ({type(error).__name__}: {error})")
             continue
-        print(f"  {name:<20}{r['process_us']:17.1f}{r['release_us']:21.1f}"
+        print(f"  {name:<20}{r['process_us']:17.1f}{r['release_us']:21.1f}{r['warm_us']:7.1f}"
               f"{r['firings_per_s']:11,.0f}{r['bytes_per_key']:13,.0f}")
+    if args.interleaved:
+        print(f"release per key with all {args.keys} keys stepping together (a worker's keys "
+              f"at a step end; noise blocks: {args.keys} keys x the tree's levels against "
+              f"the mechanism's block cache):")
+        for name in args.interleaved.split(","):
+            r = release(args, name, args.steps, args.keys, interleaved=True)
+            print(f"  {name:<20}{r['process_us']:17.1f}{r['release_us']:21.1f}")
     horizon = args.long_horizon
     for name in ("sqrt_toeplitz", "binary_tree"):
         try:
-            r = release(args, name, horizon, 1, sample_steps=100)
+            r = release(args, name, horizon, 1, sample_steps=100, warm=False)
         except Exception as error:
             print(f"  {name} at T = {horizon}: skipped ({type(error).__name__}: {error})")
             continue

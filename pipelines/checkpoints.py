@@ -37,13 +37,21 @@ def join(*parts) -> str:
     return FileSystems.join(*parts)
 
 
+def same_checkpoint(a, b) -> bool:
+    """Two spellings of one checkpoint folder (a marker names its folder as the run that
+    committed it spelled the state directory: `state`, `./state`, `/abs/state`)."""
+    return a is not None and b is not None and \
+        os.path.basename(str(a).rstrip("/")) == os.path.basename(str(b).rstrip("/"))
+
+
 def marker_path(state_dir: str, released: int) -> str:
     return join(state_dir, COMMITS, f"from-{released:08d}.json")
 
 
 def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
     """The chain of committed checkpoints [(steps released, folder)], following the commit
-    markers from step 0 (a checkpoint folder without a marker is a killed or losing run)."""
+    markers from step 0 (a checkpoint folder without a marker is a killed or losing run); each
+    folder is named under `state_dir` as spelled here."""
     out, released = [], 0
     while FileSystems.exists(marker_path(state_dir, released)):
         path = marker_path(state_dir, released)
@@ -56,7 +64,7 @@ def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
         if step <= released:
             job_config.fail("checkpoint", f"a chain of increasing steps (marker from step "
                                           f"{released})", path)
-        out.append((step, folder))
+        out.append((step, join(state_dir, os.path.basename(folder.rstrip("/")))))
         released = step
     return out
 
@@ -77,7 +85,7 @@ def _file_facts(path: str) -> dict:
     return {"bytes": size, "lines": lines, "sha256": digest.hexdigest()}
 
 
-def _checkpoint_files(folder: str) -> List[str]:
+def checkpoint_files(folder: str) -> List[str]:
     """Every file a run wrote into its checkpoint folder (Beam's temp folders excluded)."""
     metadata = FileSystems.match([join(folder, "*")])[0].metadata_list
     return sorted(m.path for m in metadata
@@ -88,7 +96,7 @@ def _checkpoint_files(folder: str) -> List[str]:
 def write_manifest(folder: str) -> str:
     """Lists every checkpoint file with its size, line count and SHA-256; returns the
     manifest's own SHA-256 (the commit marker records it)."""
-    files = {os.path.basename(path): _file_facts(path) for path in _checkpoint_files(folder)}
+    files = {os.path.basename(path): _file_facts(path) for path in checkpoint_files(folder)}
     text = json.dumps({"format": 1, "files": files}, indent=2, sort_keys=True)
     write_text(join(folder, MANIFEST), text)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -121,9 +129,11 @@ def verify_marker(marker: dict, secret: SecretRef, path: str) -> str:
     return str(marker["manifest_sha256"])
 
 
-def verify_checkpoint(folder: str, manifest_sha256: str) -> None:
+def verify_checkpoint(folder: str, manifest_sha256: str) -> dict:
     """Refuse to resume from a checkpoint whose files differ from its manifest (deleted,
-    truncated, altered or added state files): a one-line error naming the file."""
+    truncated, altered or added state files): a one-line error naming the file. Returns the
+    manifest's files (name -> size, lines, SHA-256): the job checks them again where it reads
+    them (`read_states`), since it reads after the driver verified."""
     path = join(folder, MANIFEST)
     try:
         with FileSystems.open(path) as handle:
@@ -134,7 +144,7 @@ def verify_checkpoint(folder: str, manifest_sha256: str) -> None:
         job_config.fail("checkpoint", "intact (the manifest differs from the one committed)",
                         path)
     listed = json.loads(text.decode("utf-8"))["files"]
-    present = {os.path.basename(p): p for p in _checkpoint_files(folder)}
+    present = {os.path.basename(p): p for p in checkpoint_files(folder)}
     for name in sorted(set(listed) | set(present)):
         if name not in present:
             job_config.fail("checkpoint", "intact (a listed file is missing)", join(folder, name))
@@ -144,6 +154,7 @@ def verify_checkpoint(folder: str, manifest_sha256: str) -> None:
         if _file_facts(present[name]) != listed[name]:
             job_config.fail("checkpoint", "intact (a file's size or SHA-256 differs from its "
                                           "manifest)", present[name])
+    return listed
 
 
 def remove_stale_checkpoints(state_dir: str, released: int, committed: List[str]) -> List[str]:
@@ -158,8 +169,9 @@ def remove_stale_checkpoints(state_dir: str, released: int, committed: List[str]
         prefix = join(state_dir, "")
         folders = sorted({join(state_dir, m.path[len(prefix):].split("/")[0]) for m in
                           FileSystems.match([join(state_dir, "ckpt-*/**")])[0].metadata_list})
+    committed_names = {os.path.basename(f.rstrip("/")) for f in committed}
     for folder in folders:
-        if folder in committed:
+        if os.path.basename(folder.rstrip("/")) in committed_names:
             continue
         try:
             ends = int(os.path.basename(folder).split("-")[1])
@@ -206,13 +218,18 @@ def create_if_absent(path: str, data: bytes) -> bool:
 
 def fingerprint(job: job_config.JobConfig) -> dict:
     """Every config field that defines the release (not where it reads or writes), flattened
-    to dotted names: the ledger refuses a run whose fingerprint differs."""
+    to dotted names: the ledger refuses a run whose fingerprint differs.
+
+    `mechanism.max_state_bytes_per_key` is left out: it only limits which mechanism a NEW
+    release may use (the resolved mechanism is in the ledger and the descriptor), so changing it
+    mid-release changes nothing released, and ledgers written before it existed still match."""
     sections = {"transform": job.transform,
                 "input": {"fields": job.input.fields,
                           "timestamp_format": job.input.timestamp_format},
                 "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,
-                "mechanism": dataclasses.asdict(job.mechanism), "confidence": job.confidence}
+                "mechanism": {"name": job.mechanism.name, "params": job.mechanism.params},
+                "confidence": job.confidence}
     flat = {}
     for name, value in sections.items():
         if isinstance(value, dict) and name != "bounds":
@@ -260,13 +277,34 @@ def stored_secret(state_dir: str) -> SecretRef:
     return SecretRef(path=path)
 
 
-def read_states(pipeline, label: str, folder, name: str):
-    """(unit or key, state) pairs stored by the previous run, or an empty PCollection."""
-    pattern = join(folder, f"{name}-*") if folder else None
-    if pattern is None or not FileSystems.match([pattern])[0].metadata_list:
+class _ReadVerified(beam.DoFn):
+    """A checkpoint file -> its decoded lines, once its SHA-256 equals the verified manifest's
+    (the job reads after the driver verified: a file altered in between fails the job)."""
+
+    def __init__(self, listed: dict):
+        self.listed = listed
+
+    def process(self, path: str):
+        with FileSystems.open(path) as handle:
+            data = handle.read()
+        expected = self.listed.get(os.path.basename(path), {}).get("sha256")
+        if hashlib.sha256(data).hexdigest() != expected:
+            job_config.fail("checkpoint", "intact when the job reads it (it changed after the "
+                                          "driver verified it)", path)
+        for line in data.decode("utf-8").splitlines():
+            if line.strip():
+                yield codec.loads(line)
+
+
+def read_states(pipeline, label: str, folder, name: str, listed: dict = None):
+    """(unit or key, state) pairs stored by the previous run (the files of its verified
+    manifest `listed`), or an empty PCollection."""
+    paths = sorted(join(folder, n) for n in (listed or {}) if n.startswith(f"{name}-")) \
+        if folder else []
+    if not paths:
         return pipeline | f"No{label}" >> beam.Create([])
-    return (pipeline | f"Read{label}" >> beam.io.ReadFromText(pattern)
-            | f"Decode{label}" >> beam.Map(codec.loads))
+    return (pipeline | f"{label}Files" >> beam.Create(paths, reshuffle=False)
+            | f"Read{label}" >> beam.ParDo(_ReadVerified(listed)))
 
 
 def write_states(states, label: str, folder: str, name: str):

@@ -18,6 +18,7 @@ from transforms import registry
 from transforms.secret import SecretRef, check_gcp_secret
 from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
+from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY, MIN_STATE_BYTES_PER_KEY
 from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
 from transforms.validation import fail
 
@@ -133,6 +134,9 @@ class PrivacySpec:
 class MechanismSpec:
     name: str = "auto"
     params: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the per-key state budget (bytes): auto skips mechanisms over it, a configured one over it
+    # is refused. Operational, not part of the release (not in the ledger's fingerprint).
+    max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +353,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                                 "`input.types.key: int` for integer keys)",
                  [k for k in keys if not isinstance(k, str)][:3])
 
-    mechanism = _section(raw.get("mechanism") or {}, "mechanism", ("name", "params"))
+    mechanism = _section(raw.get("mechanism") or {}, "mechanism",
+                         ("name", "params", "max_state_bytes_per_key"))
     name = mechanism.get("name", "auto")
     if name not in ("auto",) + NAMES:
         fail("mechanism.name", "one of " + ", ".join(repr(n) for n in ("auto",) + NAMES), name)
@@ -358,6 +363,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("mechanism.params", "a mapping", params)
     if name == "auto" and params:
         fail("mechanism.params", "empty when mechanism.name is 'auto'", params)
+    state_budget = mechanism.get("max_state_bytes_per_key", DEFAULT_MAX_STATE_BYTES_PER_KEY)
+    if isinstance(state_budget, bool) or not isinstance(state_budget, int) or (
+            state_budget < MIN_STATE_BYTES_PER_KEY):
+        fail("mechanism.max_state_bytes_per_key",
+             f"an integer >= {MIN_STATE_BYTES_PER_KEY} (bytes of state per key; every tree "
+             f"mechanism keeps {MIN_STATE_BYTES_PER_KEY})", state_budget)
 
     confidence = raw.get("confidence", 0.95)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
@@ -396,7 +407,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      InputSpec(resolve_path(source["path"]), fmt, dict(fields),
                                timestamp_format, types),
                      StepsSpec(origin, size, horizon), PrivacySpec(**privacy, noise=noise),
-                     bounds, keys, MechanismSpec(name, dict(params)), float(confidence),
+                     bounds, keys, MechanismSpec(name, dict(params), state_budget),
+                     float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),
                      OutputSpec(output["path"], tuple(formats)))
 

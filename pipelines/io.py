@@ -3,7 +3,9 @@
 
 Rows (JSON lines, CSV or Parquet) become the transform's elements with their event time, the
 input columns mapped by `input.fields` and the element shape taken from the transform's registry
-row. Rows that cannot be read or mapped become dead letters with a reason.
+row. Rows that cannot be read or mapped become dead letters with a reason. Parquet input is
+read as Arrow tables and handed to the transform as `EventBatch`es (`read_parquet_batches`):
+the same events and dead letters as row by row, without a Beam element per row.
 """
 from __future__ import annotations
 
@@ -12,9 +14,7 @@ import json
 import math
 import os
 import re
-import shutil
 import tempfile
-import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -90,11 +90,128 @@ class ToElement(beam.DoFn):
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
-    """-> (elements with event times, [dead-letter PCollections])."""
+    """-> (elements with event times, [dead-letter PCollections]). Parquet input gives
+    `EventBatch`es instead (`read_parquet_batches`: Arrow tables, no Beam element per row),
+    which every transform takes in place of elements, with the same result."""
+    if job.input.format == "parquet":
+        return read_parquet_batches(pipeline, job)
     rows, dead = read_rows(pipeline, job)
     elements = rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
     return elements.elements, dead + [elements[DEAD_LETTER]]
+
+
+def _fast_column(kind: str, column, timestamp_format: str):
+    """(rows `parse_cell` accepts for sure, their values as `parse_cell` returns them) for a
+    role's Arrow column, or None when the column's type is not one the vectorised checks
+    cover (its rows then go through `ToElement` one by one). Timestamps: (mask, seconds)."""
+    import numpy as np
+    import pyarrow as pa
+    from transforms.arrow_input import UNITS_PER_SECOND, id_mask, number_mask
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind_of = column.type
+    integer = pa.types.is_integer(kind_of) and not pa.types.is_uint64(kind_of)
+    string = pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)
+    if kind in ("id", "int") and integer or kind in ("id", "str") and string:
+        return id_mask(column), column  # ints / non-empty strings, not null
+    if kind == "float" and (integer or pa.types.is_floating(kind_of)):
+        mask = number_mask(column)
+        if mask is None:
+            return None
+        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+        return mask, pa.array(values, type=pa.float64())  # float(cell), as parse_cell
+    if kind != "timestamp":
+        return None
+    low, high = job_config.TIME_RANGE
+    if pa.types.is_timestamp(kind_of) and timestamp_format == "iso" and \
+            kind_of.unit in ("s", "ms", "us"):
+        # parse_time: datetime.timestamp() = whole microseconds / 10**6, correctly rounded:
+        # the same float as value / units_per_second while the microseconds are exact floats
+        whole = column.cast(pa.int64())
+        raw = np.asarray(whole.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        exact = np.abs(raw) < (2 ** 53) // {"s": 10 ** 6, "ms": 10 ** 3, "us": 1}[kind_of.unit]
+        seconds = raw.astype(np.float64) / UNITS_PER_SECOND[kind_of.unit]
+        return exact & id_mask(whole) & (seconds >= low) & (seconds <= high), seconds
+    if integer or (pa.types.is_floating(kind_of) and not pa.types.is_float16(kind_of)):
+        mask = number_mask(column)  # float(cell) (both formats), then the years 1 to 9999
+        seconds = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            return mask & (seconds >= low) & (seconds <= high), seconds
+    return None
+
+
+class _TableToBatch(beam.DoFn):
+    """A Parquet table -> one EventBatch of the rows that pass `ToElement`'s checks
+    (vectorised), plus, one by one through `ToElement` itself, every row the vectorised checks
+    cannot vouch for: its dead letter (the same reason and record as row by row) or its
+    element (in the batch's `extra`)."""
+
+    def __init__(self, job: job_config.JobConfig):
+        self.job = job
+
+    def setup(self):
+        self.to_element = ToElement(self.job)
+        self.spec = registry.SPECS[self.job.transform]
+
+    def process(self, table):
+        import numpy as np
+        import pyarrow as pa
+        from transforms.arrow_input import EventBatch, beam_micros, flat_roles
+        if not table.num_rows:
+            return
+        job = self.job
+        names = set(table.column_names)
+        ok = np.ones(table.num_rows, dtype=bool)
+        values, seconds = {}, None
+        for role, column in job.input.fields.items():
+            kind = job.input.type_of(role)
+            fast = None if column not in names or (role == "timestamp") != (
+                kind == "timestamp") else _fast_column(kind, table.column(column),
+                                                       job.input.timestamp_format)
+            if fast is None:
+                ok[:] = False
+                break
+            ok &= fast[0]
+            if role == "timestamp":
+                seconds = fast[1]
+            else:
+                values[role] = fast[1]
+        extra = []
+        if not ok.all():
+            for row in table.filter(pa.array(~ok)).to_pylist():
+                for out in self.to_element.process(row):
+                    if isinstance(out, beam.pvalue.TaggedOutput):
+                        yield out
+                    else:  # valid after all: the element and its Beam event time
+                        extra.append((out.value, out.timestamp.micros))
+        rows = np.flatnonzero(ok)
+        roles = flat_roles(self.spec.shape)
+        if len(rows):
+            index = pa.array(rows, type=pa.int64())
+            columns = {role: values[role].take(index) for role in roles}
+            micros = beam_micros(seconds[rows])  # = TimestampedValue(element, seconds)
+        else:
+            columns, micros = {role: pa.array([]) for role in roles}, np.zeros(0, np.int64)
+        if len(micros) or extra:
+            yield EventBatch(self.spec.shape, columns, micros, extra)
+
+
+def read_parquet_batches(pipeline, job: job_config.JobConfig):
+    """Parquet input as Arrow tables -> (EventBatches, [dead letters]): the rows that
+    `read_rows` | `ToElement` give, with the same dead letters, without a Beam element per
+    row."""
+    from transforms.arrow_input import EventBatch
+    good, bad = check_parquet_files(job.input.path)
+    tables = (pipeline | "ParquetFiles" >> beam.Create(good)
+              | "ReadParquet" >> beam.io.ReadAllFromParquetBatched())
+    batches = tables | "ToEventBatches" >> beam.ParDo(_TableToBatch(job)).with_outputs(
+        DEAD_LETTER, main="batches")
+    dead = pipeline | "UnreadableFiles" >> beam.Create(
+        [dead_letter_record(path, f"unreadable Parquet file: {why}") for path, why in bad])
+    main = batches.batches
+    main.element_type = EventBatch  # the transforms take it in place of elements
+    return main, [dead, batches[DEAD_LETTER]]
 
 
 def write_records(records, job: job_config.JobConfig, prefix: str) -> list:
@@ -259,53 +376,3 @@ def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
             job.secret.ref().fingerprint()
         except OSError as error:
             job_config.fail("secret.path", "a readable file", f"{job.secret.path} ({error})")
-
-
-class OutputStaging:
-    """A run writes its output set into a staging folder; `commit` then replaces the job's
-    public and operator folders as whole sets, so readers never see old and new files mixed
-    or a half-written set. Local paths: two renames per folder (the old set is moved aside,
-    then the new one moved in; a reader sees the old set, no folder, or the new set). Other
-    filesystems: file-by-file copies, release.json last (readers should wait for it).
-    Leftover staging folders of killed runs are removed when the next run starts (runs of one
-    job must not overlap; the scheduler has its own guard)."""
-
-    def __init__(self, job: job_config.JobConfig):
-        self.job = job
-        parent = job.output.path
-        prefix = f".staging-{job.job}-"
-        if "://" not in parent and os.path.isdir(parent):
-            for name in os.listdir(parent):
-                if name.startswith(prefix):
-                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        self.root = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
-        self.public = os.path.join(self.root, "public")
-        self.operator = os.path.join(self.root, "operator")
-
-    def commit(self) -> None:
-        for staged, final in ((self.operator, self.job.operator_path),
-                              (self.public, self.job.public_path)):
-            if "://" not in final:
-                aside = f"{self.root}/old-{os.path.basename(final)}"
-                if os.path.exists(final):
-                    os.rename(final, aside)
-                os.makedirs(staged, exist_ok=True)
-                os.rename(staged, final)
-            else:
-                old = FileSystems.match([final + "/**"])[0].metadata_list
-                if old:
-                    FileSystems.delete([m.path for m in old])
-                files = sorted(m.path for m in FileSystems.match([staged + "/**"])[0]
-                               .metadata_list)
-                files.sort(key=lambda p: p.endswith("release.json"))  # the manifest last
-                FileSystems.copy(files, [final + p[len(staged):] for p in files])
-        self.remove_leftovers()
-
-    def remove_leftovers(self) -> None:
-        """Deletes the staging folder (after a commit, or a retried commit that had finished)."""
-        if "://" not in self.root:
-            shutil.rmtree(self.root, ignore_errors=True)
-        else:
-            leftovers = FileSystems.match([self.root + "/**"])[0].metadata_list
-            if leftovers:
-                FileSystems.delete([m.path for m in leftovers])

@@ -3,7 +3,8 @@ privacy budget and contribution bounds, and the recommendation.
 
     python3 -m pipelines.plan --horizon T (--epsilon E | --rho R | --epsilon E --delta d)
         [--max-contributions k] [--interval-bound D] [--max-keys-per-unit m [--split]]
-        [--metric max|mean] [--top N] [--json]
+        [--metric max|mean] [--noise discrete|float] [--max-state-bytes-per-key B]
+        [--top N] [--json]
 
 With m > 1 keys per unit, each row is calibrated as the release would be: jointly (a unit's k
 caps its total over all keys, as ContinualCount/ContinualSum declare: each key keeps the full
@@ -13,6 +14,11 @@ CountDistinct and DegreeCount), budget / m per key.
 Rows whose only difference is an option with no effect at this horizon (e.g. `sparsify` when
 no node is unused) are shown once, with that option marked `either`; an option that changes
 the error keeps only its better value.
+
+The `state` column is one key's sealed mechanism state at the end of the horizon (bytes of Beam
+state per key, and of each key's line in the scheduler's checkpoints, there about twice as
+hex); rows over the per-key state budget (--max-state-bytes-per-key, default 65536, as the
+transforms' `max_state_bytes_per_key`) are marked and never recommended.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ import json
 import math
 import sys
 
-from transforms.mechanisms.choose import METRICS
+from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, METRICS,
+                                           MIN_STATE_BYTES_PER_KEY, memory_note)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,14 +41,16 @@ class _UsageError(Exception):
     pass
 
 
-def _positive_int(name):
+def _positive_int(name, minimum=1):
     def parse(text):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"`{name}` must be an integer >= 1; got {text!r}.")
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"`{name}` must be an integer >= 1; got {value}.")
+            raise argparse.ArgumentTypeError(
+                f"`{name}` must be an integer >= {minimum}; got {text!r}.")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"`{name}` must be an integer >= {minimum}; got {value}.")
         return value
     return parse
 
@@ -86,6 +95,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", choices=("discrete", "float"), default="discrete",
                    help="discrete (default, secure) or float (opt-in; adds sqrt_toeplitz under "
                         "pure DP)")
+    p.add_argument("--max-state-bytes-per-key",
+                   type=_positive_int("max-state-bytes-per-key", MIN_STATE_BYTES_PER_KEY),
+                   default=DEFAULT_MAX_STATE_BYTES_PER_KEY,
+                   help="B: the per-key state budget in bytes (default "
+                        f"{DEFAULT_MAX_STATE_BYTES_PER_KEY}, as the transforms' "
+                        "max_state_bytes_per_key); rows over it are marked and never "
+                        f"recommended (at least {MIN_STATE_BYTES_PER_KEY}: what every tree "
+                        "keeps)")
     p.add_argument("--top", type=_positive_int("top"),
                    help="print only the N best rows (default: all)")
     p.add_argument("--json", action="store_true",
@@ -145,7 +162,15 @@ def calibrated_rows(args, privacy: dict):
     declaration = Declaration(args.interval_bound, k, m, "unit",
                               joint_mass=None if args.split else k)
     return choose_calibrated(args.horizon, PrivacyBudget.resolve(**privacy), declaration,
-                             args.metric, noise=args.noise)
+                             args.metric, noise=args.noise,
+                             max_state_bytes=args.max_state_bytes_per_key)
+
+
+def state_cell(row, budget: int, noise: str) -> str:
+    """The `state` column: bytes per key, what else the mechanism holds, and the budget mark."""
+    note = memory_note(row.mechanism, noise)
+    text = f"{row.state_bytes:,} B" + (f" ({note})" if note else "")
+    return text + (f"  OVER the {budget:,} B budget" if row.state_bytes > budget else "")
 
 
 def main(argv=None) -> int:
@@ -160,21 +185,24 @@ def main(argv=None) -> int:
         print(f"error: {message if message.endswith('.') else message + '.'}", file=sys.stderr)
         return 2
     key = "max_se" if args.metric == "max" else "mean_se"
+    budget = args.max_state_bytes_per_key
     rows = distinct_rows(rows, key)[:args.top]
     if args.json:
         print(json.dumps({"horizon": args.horizon, "privacy": privacy,
                           "max_contributions": args.max_contributions,
                           "max_keys_per_unit": args.max_keys_per_unit,
                           "interval_bound": args.interval_bound, "metric": args.metric,
-                          "rows": [r.row() for r in rows], "recommended": best.row()},
+                          "max_state_bytes_per_key": budget,
+                          "rows": [dict(r.row(), over_budget=r.state_bytes > budget)
+                                   for r in rows], "recommended": best.row()},
                          indent=2))
         return 0
-    budget = ", ".join(f"{k}={v}" for k, v in privacy.items())
+    spent = ", ".join(f"{k}={v}" for k, v in privacy.items())
     keys = ("" if args.max_keys_per_unit == 1 else
             f", on at most {args.max_keys_per_unit} keys ("
             + ("budget split over them" if args.split else
                "k caps the total over them: joint calibration") + ")")
-    print(f"T = {args.horizon}, {budget}, one unit changes a key's difference stream by a vector "
+    print(f"T = {args.horizon}, {spent}, one unit changes a key's difference stream by a vector "
           f"of S_(D={args.interval_bound}, k={args.max_contributions}){keys}; sorted by "
           f"{key}:\n")
     print(f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}  state")
@@ -182,10 +210,14 @@ def main(argv=None) -> int:
         params = ",".join(f"{k}={v}" for k, v in r.params.items()
                           if k != "prune" and not isinstance(v, list))  # (blt: its decays)
         print(f"{r.mechanism:<20}{params:<26}{r.max_se:>11.3f}{r.mean_se:>11.3f}"
-              f"{r.sensitivity:>13.4f}  {r.state}")
+              f"{r.sensitivity:>13.4f}  {state_cell(r, budget, args.noise)}")
     shown = {k: v for k, v in best.params.items() if not isinstance(v, list)}
     print(f"\nRecommended ({args.metric} error): {best.mechanism} {shown} "
           f"(MaxSE {best.max_se:.3f}, MeanSE {best.mean_se:.3f})")
+    over = sorted({r.mechanism for r in rows if r.state_bytes > budget})
+    if over:
+        print(f"Not recommended, over the per-key state budget of {budget:,} B "
+              f"(--max-state-bytes-per-key): {', '.join(over)}")
     return 0
 
 

@@ -77,7 +77,9 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   confidence=job.confidence, secret=secret, noise_source=noise_source,
                   insecure=job.secret.insecure,
                   noise=job.privacy.noise, release_id=release_id, diagnostics=True,
-                  secret_fingerprint=secret_fingerprint, **job.privacy.budget, **job.bounds)
+                  secret_fingerprint=secret_fingerprint,
+                  max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
+                  **job.privacy.budget, **job.bounds)
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys
@@ -92,20 +94,27 @@ def release_manifest(transform) -> dict:
 
 
 def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=None,
-          operator_folder=None) -> list:
+          operator_folder=None, passed=None) -> list:
     """The whole job: one release of all steps, written into `public_folder` and
     `operator_folder` (default: the job's own folders). Returns the writes (PCollections of
-    written file names)."""
+    written file names). With `passed` (a guard, `commit.guard`), nothing is written before
+    the guard passed."""
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
     result = elements | job.transform >> (transform or build_transform(job))
     # records (one per public key and step) + dead letters
-    writes = io.write_records(result.records, job,
+    records = result.records if passed is None else commit.guarded(result.records, passed,
+                                                                   "CheckedRecords")
+    writes = io.write_records(records, job,
                               os.path.join(public_folder or job.public_path, "records"))
     # file names of the records, per format
+    dead_letters = dead + [result.dead_letters]
+    if passed is not None:
+        dead_letters = [commit.guarded(dead + [result.dead_letters]
+                                       | "AllDeadLettersChecked" >> beam.Flatten(), passed,
+                                       "CheckedDeadLetters")]
     writes.append(io.write_dead_letters(
-        dead + [result.dead_letters],
-        os.path.join(operator_folder or job.operator_path, "dead_letters")))
+        dead_letters, os.path.join(operator_folder or job.operator_path, "dead_letters")))
     return writes
 
 
@@ -113,8 +122,11 @@ def build_release(pipeline, job: job_config.JobConfig, transform, staging) -> No
     """`build` into the staging folders, then the job's last stage commits them (release.json,
     the operator README and summary, the swap of the output sets) once every write finished:
     the job commits itself, also when its launcher does not wait for it (a Flex Template)."""
-    writes = build(pipeline, job, transform, staging.public, staging.operator)
-    commit.after_writes(pipeline, writes, commit.CommitRun(staging, release_manifest(transform)),
+    passed = commit.guard(pipeline, commit.NotReleased(job, transform.release_id),
+                          "NotReleasedYet") if transform.private else None
+    writes = build(pipeline, job, transform, staging.public, staging.operator, passed)
+    commit.after_writes(pipeline, writes, commit.CommitRun(staging, release_manifest(transform),
+                                                           transform.private),
                         "CommitRelease")
 
 
@@ -148,7 +160,7 @@ def main(argv=None) -> int:
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        staging = io.OutputStaging(job)  # removes what killed runs left behind
+        staging = commit.OutputStaging(job)  # finishes or removes what killed runs left
         pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
         build_release(pipeline, job, transform, staging)
         result = pipeline.run()
@@ -176,8 +188,10 @@ def main(argv=None) -> int:
     return 0
 
 
-def plan_command(descriptor: dict) -> str:
-    """The `pipelines.plan` command that prints the table `auto` chose from."""
+def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
+    """The `pipelines.plan` command that prints the table `auto` chose from (the state budget
+    is not in the descriptor: pass it when it is not the default)."""
+    from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY
     total = descriptor["budget"]
     if total.get("delta") is not None:
         budget = f"--epsilon {total['epsilon']:g} --delta {total['delta']:g}"
@@ -192,14 +206,18 @@ def plan_command(descriptor: dict) -> str:
             f"--interval-bound {declaration['interval_bound']}"
             + (f" --max-keys-per-unit {keys}" if keys > 1 else "")
             + (" --split" if keys > 1 and declaration.get("joint_mass") is None else "")
-            + (" --noise float" if descriptor["noise"] in ("laplace", "gaussian") else ""))
+            + (" --noise float" if descriptor["noise"] in ("laplace", "gaussian") else "")
+            + (f" --max-state-bytes-per-key {max_state_bytes_per_key}"
+               if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY)
+               else ""))
 
 
 def public_summary(transform, job: job_config.JobConfig, public_folder: str) -> dict:
     """What the run released; everything here is public (data-independent or DP)."""
     descriptor = transform.descriptor
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
-              + plan_command(descriptor)) if job.mechanism.name == "auto" else "configured"
+              + plan_command(descriptor, job.mechanism.max_state_bytes_per_key)
+              ) if job.mechanism.name == "auto" else "configured"
     stddevs = io.released_stddevs(public_folder)
     records, max_se = len(stddevs), max(stddevs, default=0.0)
     return {"release_id": transform.release_id, "private": transform.private,

@@ -18,7 +18,8 @@ A checkpoint becomes visible only through its commit marker `commits/from-<first
 created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
 publishes nothing (records reach `output.path/<job>-scheduled/<release id>/` only after the
-commit).
+commit). The commit is the job's own last stage (`pipelines.commit`), so a launcher that does
+not wait for the job (a Flex Template) commits the same way.
 Guarantees (each tested): resuming after N runs gives records identical to one continuous run
 (same insecure seed); re-running when nothing new is complete returns the stored records and
 spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
@@ -34,6 +35,7 @@ skipped, events of incomplete steps are left for a later run.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -51,8 +53,10 @@ from pipelines import run as job_run
 from pipelines.checkpoints import (LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun, check_ledger,
                                    committed_checkpoints, fingerprint, join, marker_path,
                                    read_json, read_states, remove_stale_checkpoints,
-                                   stored_secret, verify_checkpoint, write_states, verify_marker)
-from pipelines.commit import CommitCheckpoint, after_writes, staged_only
+                                   same_checkpoint, stored_secret, verify_checkpoint, write_states,
+                                   verify_marker)
+from pipelines.commit import (CommitCheckpoint, NotCommitted, after_writes, guard, guarded,
+                              staged_only)
 
 
 def committed_manifest(state_dir, checkpoints, secret) -> str:
@@ -65,23 +69,34 @@ from transforms.sinks import WriteRecordsToJsonLines, records_file, write_record
 from transforms.stages import StepWindow
 
 
-def build(pipeline, job, transform, released, complete, previous, folder) -> list:
+def build(pipeline, job, transform, released, complete, previous, folder, listed=None,
+          state_dir=None) -> list:
     """One scheduled run: the steps [released, complete) of the same composition that
-    `pipelines.run` runs, continued from the previous checkpoint; writes under `folder` and
-    returns the writes (PCollections of written file names)."""
+    `pipelines.run` runs, continued from the previous checkpoint (its verified files `listed`);
+    writes under `folder` and returns the writes (PCollections of written file names). With
+    `state_dir`, every write waits for the guard that these steps are not committed yet."""
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
-    unit_states = read_states(pipeline, "UnitStates", previous, "units")
-    key_states = read_states(pipeline, "KeyStates", previous, "keys")
+    unit_states = read_states(pipeline, "UnitStates", previous, "units", listed)
+    key_states = read_states(pipeline, "KeyStates", previous, "keys", listed)
     # (unit, state) and (key, (tagged mechanism state, halt step)) of the previous run
     result = elements | job.transform >> transform.resume(StepWindow(released, complete),
                                                           unit_states, key_states)
     # records of the window's steps + dead letters + the new unit and key states
-    return [result.records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records")),
-            write_states(result.unit_states, "UnitStates", folder, "units"),
-            write_states(result.key_states, "KeyStates", folder, "keys"),
-            (dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
-             | "StoreDeadLetters" >> WriteRecordsToJsonLines(join(folder, "dead_letters")))]
+    passed = guard(pipeline, NotCommitted(state_dir, released), "NotCommittedYet") \
+        if state_dir else None
+
+    def checked(pcoll, label):
+        return guarded(pcoll, passed, f"Checked{label}") if passed is not None else pcoll
+
+    dead_letters = dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
+    return [checked(result.records, "Records") | "StoreRecords" >> WriteRecordsToJsonLines(
+                join(folder, "records")),
+            write_states(checked(result.unit_states, "UnitStates"), "UnitStates", folder,
+                         "units"),
+            write_states(checked(result.key_states, "KeyStates"), "KeyStates", folder, "keys"),
+            checked(dead_letters, "DeadLetters") | "StoreDeadLetters" >> WriteRecordsToJsonLines(
+                join(folder, "dead_letters"))]
 
 
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
@@ -92,7 +107,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     secret_fingerprint = secret.fingerprint()
     checkpoints = committed_checkpoints(state_dir)
     released, previous = checkpoints[-1] if checkpoints else (0, None)
-    ledger = None
+    ledger, listed = None, None
     if previous:
         try:  # another secret: say so first (its MAC below could never verify)
             started = read_json(join(previous, LEDGER)).get("secret_fingerprint")
@@ -100,7 +115,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             started = None
         if started is not None and started != secret_fingerprint:
             check_ledger({"secret_fingerprint": started}, job, secret_fingerprint)
-        verify_checkpoint(previous, committed_manifest(state_dir, checkpoints, secret))
+        listed = verify_checkpoint(previous, committed_manifest(state_dir, checkpoints, secret))
         ledger = read_json(join(previous, LEDGER))
         check_ledger(ledger, job, secret_fingerprint)
         transform = job_run.build_transform(
@@ -131,12 +146,15 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         "mechanism": transform.config.mechanism,
         "mechanism_params": dict(transform.config.params),
         "secret_fingerprint": secret_fingerprint, "private": transform.private,
-        "config": fingerprint(job), "runs": (ledger or {}).get("runs", [])}
+        "config": fingerprint(job), "runs": (ledger or {}).get("runs", []) + [{
+            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "steps": [released, complete]}]}  # fixed here: every commit attempt writes these bytes
     beam_args = list(beam_args)
     options = PipelineOptions(beam_args if any(a.startswith("--runner") for a in beam_args)
                               else ["--runner=FnApiRunner", *beam_args])
     pipeline = beam.Pipeline(options=options)
-    writes = build(pipeline, job, transform, released, complete, previous, folder)
+    writes = build(pipeline, job, transform, released, complete, previous, folder, listed,
+                   state_dir)
     after_writes(pipeline, writes, CommitCheckpoint(job, state_dir, folder, released, complete,
                                                     secret, ledger_of_run, publish),
                  "CommitCheckpoint")
@@ -164,7 +182,8 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
 
 def committed_by_another(state_dir: str, released: int, folder: str) -> bool:
     try:
-        return read_json(marker_path(state_dir, released)).get("checkpoint") != folder
+        return not same_checkpoint(read_json(marker_path(state_dir, released)).get("checkpoint"),
+                                   folder)
     except (OSError, IOError, ValueError, AttributeError):
         return False
 

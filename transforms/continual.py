@@ -24,7 +24,9 @@ import apache_beam as beam
 from transforms import validation as check
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
-from transforms.mechanisms.choose import choose, evaluate
+from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES,
+                                           STATE_BUDGET, check_state_budget, choose, evaluate,
+                                           over_budget_condition, within_budget)
 from transforms.mechanisms.sensitivity import joint_sensitivity
 from transforms.mechanisms.privacy import PrivacyBudget
 from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
@@ -95,10 +97,15 @@ def split_privacy(declaration: Declaration, budget: PrivacyBudget) -> dict:
 
 
 def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declaration,
-                      metric: str = "max", noise: str = "discrete"):
+                      metric: str = "max", noise: str = "discrete",
+                      max_state_bytes: Optional[int] = DEFAULT_MAX_STATE_BYTES_PER_KEY):
     """(best, rows): every candidate's exact errors under the calibration it would be released
     with (the split over `keys_per_unit`, or the joint one: `calibrate`), for the auto choice
-    and `pipelines.plan`. Each row's `calibration` says which."""
+    and `pipelines.plan`. Each row's `calibration` says which; `best` is the lowest error among
+    the rows whose per-key state (`state_bytes`) fits `max_state_bytes` (None: no cap), `rows`
+    holds every candidate."""
+    if max_state_bytes is not None:
+        check_state_budget(max_state_bytes)
     k, d = declaration.max_contributions, declaration.interval_bound
     split = split_privacy(declaration, budget)
     order = (lambda c: (c.max_se, c.mean_se)) if metric == "max" else (
@@ -106,7 +113,7 @@ def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declarat
     if declaration.joint_mass is None or declaration.keys_per_unit == 1:
         _, rows = choose(horizon, split, k, d, metric, noise=noise)
         rows = [dataclasses.replace(r, calibration=SPLIT) for r in rows]
-        return min(rows, key=order), rows
+        return min(within_budget(rows, max_state_bytes), key=order), rows
     full = full_privacy(budget)
     _, full_rows = choose(horizon, full, k, d, metric, noise=noise)
     split_rows, rows = None, []
@@ -125,7 +132,7 @@ def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declarat
                 split_rows = choose(horizon, split, k, d, metric, noise=noise)[1]
             rows += [dataclasses.replace(r, calibration=SPLIT) for r in split_rows
                      if r.mechanism == row.mechanism and r.params == row.params]
-    return min(rows, key=order), rows
+    return min(within_budget(rows, max_state_bytes), key=order), rows
 
 
 class ContinualResult(NamedTuple):
@@ -145,7 +152,9 @@ class _ContinualBase(beam.PTransform):
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
                  release_id: Optional[str] = None, diagnostics: bool = False,
                  secret_fingerprint: Optional[str] = None, noise_source=None,
-                 release_delay_steps: int = 1, label: Optional[str] = None):
+                 release_delay_steps: int = 1,
+                 max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
+                 label: Optional[str] = None):
         super().__init__(label)
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
@@ -166,6 +175,10 @@ class _ContinualBase(beam.PTransform):
         check.one_of("mechanism", mechanism, ("auto",) + NAMES)
         self.mechanism_name = mechanism
         self.mechanism_params = dict(mechanism_params or {})
+        # operational, not part of the release: it limits which mechanism a new release may use
+        # (auto skips candidates over it, a configured one is refused); the chosen mechanism is
+        # in the descriptor
+        self.max_state_bytes_per_key = check_state_budget(max_state_bytes_per_key)
         self.confidence = check.open_unit_interval("confidence", confidence)
         if sum(x is not None for x in (secret, seed, noise_source)) != 1:
             check.fail("secret", "given, or else exactly one of `seed` or `noise_source`", secret)
@@ -235,11 +248,30 @@ class _ContinualBase(beam.PTransform):
         return calibration, self._build(name, calibration.key_privacy, params)
 
     def _auto(self) -> Tuple[str, dict]:
-        """`mechanism="auto"`: the lowest MaxSE (then MeanSE) over every candidate, each under
-        the calibration it would actually be released with."""
+        """`mechanism="auto"`: the lowest MaxSE (then MeanSE) over every candidate whose
+        per-key state fits `max_state_bytes_per_key`, each under the calibration it would
+        actually be released with."""
         best, _ = choose_calibrated(self.steps.horizon, self.budget, self.problem.declaration,
-                                    noise=self.noise_kind)
+                                    noise=self.noise_kind,
+                                    max_state_bytes=self.max_state_bytes_per_key)
         return best.mechanism, dict(best.params)
+
+    def _check_state_budget(self, name: str, mechanism) -> None:
+        """Refuse a mechanism whose per-key state exceeds the budget, unless it continues an
+        existing release (`release_id` given: its mechanism is fixed and its states exist, so
+        refusing would only strand the release; a warning says so)."""
+        size = self.state_bytes_per_key = RELEASE_TAG_BYTES + mechanism.state_bytes()
+        budget = self.max_state_bytes_per_key
+        if size <= budget:
+            return
+        condition = over_budget_condition(name, self.steps.horizon, self.noise_kind, size,
+                                          budget)
+        if self._given_release_id is None:
+            check.fail("mechanism", condition, name)
+        logging.getLogger(__name__).warning(
+            "release %s continues with %s, whose state of %d B per key exceeds %s (%d B): the "
+            "mechanism of a started release cannot change", self._given_release_id, name, size,
+            STATE_BUDGET, budget)
 
     def _release_config(self) -> ReleaseConfig:
         declaration = self.problem.declaration
@@ -247,6 +279,7 @@ class _ContinualBase(beam.PTransform):
         if name == "auto":
             name, params = self._auto()
         calibration, resolved = self._calibrated(name, params)
+        self._check_state_budget(name, resolved)
         key_privacy = calibration.key_privacy
         self.calibration = calibration
         total = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
@@ -292,7 +325,8 @@ class _ContinualBase(beam.PTransform):
                 "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
                 "secret": self.secret.describe(), "calibration": self.calibration.kind,
                 "noise": self.descriptor["noise"], "release_id": self.release_id,
-                "private": self.private}
+                "private": self.private, "state_bytes_per_key": self.state_bytes_per_key,
+                STATE_BUDGET: self.max_state_bytes_per_key}
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})
         return data
 
@@ -320,11 +354,14 @@ class _ContinualBase(beam.PTransform):
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
-        stepped = events | "AssignSteps" >> AssignSteps(self.problem, self.steps, window,
-                                                        self.diagnostics)
-        # (unit, Event(step, micros, payload)) for the window's steps
+        # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
+        packed = events.is_bounded  # bounded: steps assigned and events packed per unit and
+        stepped = events | "AssignSteps" >> AssignSteps(  # bundle in one DoFn
+            self.problem, self.steps, window, self.diagnostics, packed=packed)
+        # (unit, Event(step, micros, payload)) for the window's steps; bounded: (unit, [Event])
         truncated = stepped.main | "TruncatePerUnit" >> TruncatePerUnit(
-            self.problem, self.steps, window, self._resume_units, self.diagnostics)
+            self.problem, self.steps, window, self._resume_units, self.diagnostics,
+            packed=packed)
         # bounded: (key, KeySums) per key and bundle + unit states (unit, state);
         # unbounded: ((key, step), Delta(value | halt))
         totals = truncated.main | "SumPerKeyAndStep" >> SumPerKeyAndStep()

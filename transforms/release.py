@@ -12,7 +12,7 @@ import json
 from typing import Any, Optional, Protocol, Tuple
 
 from transforms.mechanisms import make
-from transforms.mechanisms.base import state_from_bytes
+from transforms.mechanisms.base import CounterState, counter_state, state_from_bytes
 from transforms.mechanisms.noise import NoiseSource
 from transforms.steps import TimeSteps
 from transforms.validation import fail
@@ -132,6 +132,9 @@ class ReleaseConfig:
 
 
 _CACHED_KEYS = 1 << 16
+_CACHED_STREAMS = 1 << 12  # per-key mechanism copies kept by `RecordMaker.streamer`
+_COUNTER_FORMAT = CounterState._FORMAT
+_SEALED_COUNTER = 16 + _COUNTER_FORMAT.size  # a sealed CounterState: 16-byte tag + 17 bytes
 
 
 class RecordMaker:
@@ -141,7 +144,8 @@ class RecordMaker:
         self.config = config
         self._binding = (b"dp-continual-release/state\x00" + config.release_binding
                          + config.checked_fingerprint().encode("ascii"))
-        self._tags, self._windows = {}, {}  # per key / per step, bounded (_CACHED_KEYS)
+        self._tags, self._steps = {}, {}  # per key / per step, bounded (_CACHED_KEYS)
+        self._streams = {}  # per key, bounded (_CACHED_STREAMS)
         self.mechanism = config.build()
         self.std = self.mechanism.noise_std()
         self.half = self.mechanism.confidence_half_width(config.confidence)
@@ -173,31 +177,63 @@ class RecordMaker:
 
     def restore(self, key, data: bytes):
         """A stored state, refused unless this release, secret and key wrote it."""
-        tag = self._tag(key)
+        tag = self._tags.get(key) or self._tag(key)
+        if type(data) is bytes and len(data) == _SEALED_COUNTER and data[16] == 1 \
+                and data.startswith(tag):
+            # the checks below, then CounterState.from_bytes of the same 17 bytes (version 1)
+            # without its generic checks (the length and version are the ones it checks)
+            _, steps, total = _COUNTER_FORMAT.unpack_from(data, 16)
+            return counter_state(steps, total)
         if bytes(data[:len(tag)]) != tag:
             fail("state", f"state of release {self.config.release_id} for key "
                           f"{key_text(key)!r} (a state of another release, secret or key would "
                           f"re-draw published noise)", "another state")
         return state_from_bytes(bytes(data[len(tag):]))
 
+    def streamer(self, key):
+        """`for_key(key)`, kept for the next call (bounded: a streaming release steps each key
+        at every step; the copy only differs from the mechanism by its noise stream)."""
+        streams = self._streams
+        found = streams.get(key)
+        if found is None:
+            if len(streams) >= _CACHED_STREAMS:
+                streams.clear()
+            found = streams[key] = self.for_key(key)
+        return found
+
     def record(self, key, step: int, value: float) -> dict:
         """One public record. With discrete noise the released value and its interval are
         exact integers (times the value grid of ContinualSum)."""
+        entry = self._steps.get(step)
+        if entry is None:
+            entry = self._step_entry(step)
+        width, fields = entry
+        if self.config.integer_values:
+            value = int(value)
+        low, high, scale = value - width, value + width, self.config.value_scale
+        if scale != 1.0:
+            value, low, high = value * scale, low * scale, high * scale
+        record = fields.copy()  # the step's fields, in the record's key order
+        record["key"] = key_text(key)
+        record["value"] = value
+        record["ci_low"] = low
+        record["ci_high"] = high
+        return record
+
+    def _step_entry(self, step: int):
+        """(interval half width, the step's record with its key, value and interval left to
+        fill: key, step, window start and end, value, stddev (times the value scale), ci_low,
+        ci_high, then the release's fields), cached, bounded by _CACHED_KEYS steps."""
         config, steps = self.config, self.config.steps
         width, deviation = float(self.half[step]), float(self.std[step])
         if config.integer_values:
-            value, width = int(value), int(width)
-        low, high, scale = value - width, value + width, config.value_scale
-        if scale != 1.0:
-            value, low, high = value * scale, low * scale, high * scale
-            deviation = deviation * scale
-        window = self._windows.get(step)
-        if window is None:
-            if len(self._windows) >= _CACHED_KEYS:
-                self._windows.clear()
-            window = self._windows[step] = (steps.iso(steps.start(step)),
-                                            steps.iso(steps.end(step)))
-        return {"key": key_text(key), "step": step,
-                "window_start": window[0],
-                "window_end": window[1], "value": value, "stddev": deviation,
-                "ci_low": low, "ci_high": high, **self.template}
+            width = int(width)
+        if config.value_scale != 1.0:
+            deviation = deviation * config.value_scale
+        if len(self._steps) >= _CACHED_KEYS:
+            self._steps.clear()
+        fields = {"key": None, "step": step, "window_start": steps.iso(steps.start(step)),
+                  "window_end": steps.iso(steps.end(step)), "value": None,
+                  "stddev": deviation, "ci_low": None, "ci_high": None, **self.template}
+        entry = self._steps[step] = (width, fields)
+        return entry

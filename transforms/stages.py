@@ -4,8 +4,10 @@ The six `Continual*` transforms validate and compose them; `pipelines.run` (one 
 run) and `pipelines.schedule` (one release over many runs, resumed from checkpoints) drive that
 one composition:
 
-    events                                   timestamped elements
-    | AssignSteps(problem, steps, window)    -> (unit, Event tuple)      + dead letters
+    events                                   timestamped elements, or EventBatches (Arrow
+                                             tables: `transforms.arrow_input`, bounded)
+    | AssignSteps(problem, steps, window)    -> (unit, Event tuple)      + dead letters;
+                                                bounded: (unit, [Event tuples]) per bundle
     | TruncatePerUnit(problem, steps, ...)   -> bounded: (key, KeySums) per bundle, unbounded:
                                                 ((key, step), Delta)     + dead letters, unit states
     | SumPerKeyAndStep()                     -> bounded: (key, ({step: total}, halt steps)),
@@ -29,13 +31,14 @@ import collections
 import dataclasses
 import json
 import math
+import struct
 from fractions import Fraction
 from operator import itemgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.coders import PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
@@ -195,14 +198,23 @@ def _empty(pipeline, label):
 
 # ----- AssignSteps -----------------------------------------------------------------------------
 @beam.typehints.with_output_types(KEYED)
-class _AssignStepsFn(beam.DoFn):
+class AssignStepsFn(beam.DoFn):
+    """Timestamped element -> (unit, Event tuple), or with `packed` (bounded input) ->
+    (unit, [Event tuples]) once per unit and bundle (or per `MAX_EVENTS` buffered events):
+    step assignment and the per-unit packing before the shuffle in one DoFn, so an event
+    crosses one Beam stage, and the shuffle moves one element per unit and bundle."""
+
+    MAX_EVENTS = 500_000  # ~100 MB of buffered events at most
+
     def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
-                 diagnostics: bool = False):
+                 diagnostics: bool = False, packed: bool = False):
         self.problem, self.steps, self.window = problem, steps, window
-        self.diagnostics = diagnostics
+        self.diagnostics, self.packed = diagnostics, packed
 
     def start_bundle(self):
         self._released = self._assigned = 0  # counted here, one Metrics.inc per bundle
+        self._packs: Dict[Any, list] = {}
+        self._buffered = 0
 
     def finish_bundle(self):
         # operator-only: how many events of already released steps a resumed run skipped,
@@ -212,48 +224,98 @@ class _AssignStepsFn(beam.DoFn):
                 Metrics.counter(METRICS, "events_of_released_steps").inc(self._released)
             if self._assigned:
                 Metrics.counter(METRICS, "events_in_window").inc(self._assigned)
+            self._released = self._assigned = 0
+        yield from self._flush()
+
+    def _flush(self):
+        packs, self._packs, self._buffered = self._packs, {}, 0
+        for unit, events in packs.items():
+            yield WindowedValue((unit, events), _END_OF_GLOBAL, _GLOBAL)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
-        micros = timestamp.micros
+        out = self._assign(element, timestamp.micros)
+        if out is None:
+            return
+        if not self.packed or type(out) is not tuple:  # an event, or a dead letter
+            yield out
+            return
+        unit, event = out  # = self._pack(unit, event), inlined (once per event)
+        found = self._packs.get(unit)
+        if found is None:
+            self._packs[unit] = [event]
+        else:
+            found.append(event)
+        self._buffered += 1
+        if self._buffered >= self.MAX_EVENTS:
+            yield from self._flush()
+
+    def _pack(self, unit, event):
+        found = self._packs.get(unit)
+        if found is None:
+            self._packs[unit] = [event]
+        else:
+            found.append(event)
+        self._buffered += 1
+
+    def _assign(self, element, micros: int):
+        """The one per-element rule: a dead letter (TaggedOutput), None (skipped), or
+        (unit, Event tuple)."""
         seconds = float(micros) / 1e6
         step = self.steps.step_of(seconds)
-        parsed, reason = self.problem.parse(element)
         if step is None:
-            yield dead_letter(element, f"event time {self.steps.iso(seconds)} is outside the "
-                                       f"horizon [{self.steps.iso(self.steps.origin)}, "
-                                       f"{self.steps.iso(self.steps.stop)})")
-        elif step < self.window.first:  # released by an earlier run: skipped (the source
-            self._released += 1         # holds history), not a dead letter each
-        elif step >= self.window.stop:
-            pass  # left for a later run, which reads it again (not lost)
-        elif parsed is None:
-            yield dead_letter(element, reason)
-        else:
-            self._assigned += 1
-            yield parsed.unit, (step, int(micros), parsed.payload)  # an Event, as a tuple
+            return dead_letter(element, f"event time {self.steps.iso(seconds)} is outside the "
+                                        f"horizon [{self.steps.iso(self.steps.origin)}, "
+                                        f"{self.steps.iso(self.steps.stop)})")
+        if step < self.window.first:  # released by an earlier run: skipped (the source
+            self._released += 1       # holds history), not a dead letter each
+            return None
+        if step >= self.window.stop:
+            return None  # left for a later run, which reads it again (not lost)
+        parsed, reason = self.problem.parse(element)
+        if parsed is None:
+            return dead_letter(element, reason)
+        self._assigned += 1
+        return parsed.unit, (step, int(micros), parsed.payload)  # an Event, as a tuple
 
 
 class AssignSteps(beam.PTransform):
     """Timestamped elements -> (unit, Event tuple) for the steps of `window`; elements outside the
     horizon or malformed -> dead letters with a reason. Elements of steps before the window
-    (released by an earlier run) are skipped, those after it are left for a later run."""
+    (released by an earlier run) are skipped, those after it are left for a later run.
+
+    The input may also be `EventBatch`es (`transforms.arrow_input.ArrowEvents`, bounded
+    input): steps are then assigned with numpy, with the same result event for event. With
+    `packed` (bounded input; `TruncatePerUnit(packed=True)` takes it) the output is
+    (unit, [Event tuples]), one element per unit and bundle."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None,
-                 diagnostics: bool = False):
+                 diagnostics: bool = False, packed: bool = False):
         super().__init__()
         self.problem, self.steps = problem, steps
         self.window = window or StepWindow.whole(steps)
-        self.diagnostics = diagnostics
+        self.diagnostics, self.packed = diagnostics, packed
 
     def expand(self, events):
+        from transforms.arrow_input import is_batched
+        if self.packed and not events.is_bounded:
+            fail("packed", "False for unbounded input (streaming truncation takes events)",
+                 True)
+        batched = is_batched(events)
         # steps come from event times, not windows: one global window, whatever the input's
         # windowing (per-window truncation would bound a unit only within each window)
         if not events.windowing.is_default():  # (WindowInto costs ~3 us an element)
             events = events | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
-        out = (events
-               | "Assign" >> beam.ParDo(_AssignStepsFn(self.problem, self.steps, self.window,
-                                                       self.diagnostics)
-                                        ).with_outputs(DEAD_LETTER, main="events"))
+        if batched:
+            if not events.is_bounded:
+                fail("input", "bounded when it holds EventBatches (unbounded input: "
+                              "timestamped elements)", "unbounded EventBatches")
+            from transforms.arrow_input import AssignBatchStepsFn
+            fn = AssignBatchStepsFn(self.problem, self.steps, self.window, self.diagnostics,
+                                    self.packed)
+        else:
+            fn = AssignStepsFn(self.problem, self.steps, self.window, self.diagnostics,
+                                self.packed)
+        out = events | "Assign" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, main="events")
         return StageOutput(out.events, out[DEAD_LETTER])
 
 
@@ -312,9 +374,10 @@ def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, 
                     steps: Iterable[int]
                     ) -> Tuple[List[Tuple[Any, int, float]], UnitState, collections.Counter]:
     """`advance_unit` for counts and sums in one pass: (contributions (key, step, value), new
-    state, dropped events by the bound that cut them). The same operations as `ContributionBounds.step` and `CountProblem
-    .advance` in the same order (so bit for bit the same floats), without the per-step
-    objects; a step's payloads may come in any order (the machine sorts them canonically)."""
+    state, dropped events by the bound that cut them). The same operations as
+    `ContributionBounds.step` and `CountProblem.advance` in the same order (so bit for bit the
+    same floats), without the per-step objects; a step's payloads may come in any order (the
+    machine sorts them canonically)."""
     bounds = problem.bounds
     keys, used = list(state.keys), state.used
     per_step, total, most = bounds.per_step, bounds.max_contributions, bounds.max_value
@@ -585,66 +648,245 @@ class _TruncateUnitsFn(beam.DoFn):
         self._sums, self._dropped = {}, collections.Counter()
 
 
+def count_bounds(bounds) -> Tuple[float, int, Optional[float], int]:
+    """(per_step, max_contributions, max_value, max_keys_per_unit) of ContributionBounds."""
+    return (bounds.per_step, bounds.max_contributions, bounds.max_value,
+            bounds.max_keys_per_unit)
+
+
+def truncate_count_step(bounds: tuple, keys: list, used: float, step: int, events: Sequence,
+                         out_all: list, dropped: Optional[dict]) -> float:
+    """One step of `truncate_counts` (the same operations in the same order, so bit for bit
+    the same floats), for the streaming flush: appends the step's contributions (key, step,
+    value) to `out_all`, admits keys into `keys` (in place), counts dropped events by bound
+    into `dropped` (if not None) and returns the new `used`. `bounds` is `count_bounds`.
+    tests/test_streaming_perf_paths.py checks the flush against `advance_unit`."""
+    per_step, total, most, max_keys = bounds
+    if len(events) == 1:  # the loop below for one event, unrolled
+        (key, value), = events
+        if len(keys) < max_keys and key not in keys:
+            keys.append(key)
+        if total - used <= 0:
+            reason = HORIZON_CAP if key in keys else KEY_CAP
+        elif key not in keys:
+            reason = KEY_CAP
+        else:
+            amount = value if most is None else min(max(value, 0.0), most)
+            step_room, horizon_room = per_step - 0.0, total - used
+            room = min(step_room, horizon_room)
+            take = min(amount, room) if most is not None else (
+                amount if amount <= room else 0.0)
+            if take <= 0:
+                reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
+            else:
+                out_all.append((key, step, 0.0 + take))
+                return used + take
+        if dropped is not None:
+            dropped[reason] = dropped.get(reason, 0) + 1
+        return used
+    if len(keys) < max_keys:  # first come (by step), ties in canonical key order
+        seen = {key for key, _ in events}
+        for key in (seen if len(seen) == 1 else sorted(seen, key=canonical)):
+            if key not in keys and len(keys) < max_keys:
+                keys.append(key)
+    if total - used <= 0:  # no room left: every event of the step is dropped
+        if dropped is not None:
+            for key, _ in events:
+                reason = HORIZON_CAP if key in keys else KEY_CAP
+                dropped[reason] = dropped.get(reason, 0) + 1
+        return used
+    out: Dict[Any, float] = {}
+    step_used = 0.0
+    for key, value in (events if len(events) == 1 else sorted(events, key=_event_order)):
+        if key not in keys:
+            if dropped is not None:
+                dropped[KEY_CAP] = dropped.get(KEY_CAP, 0) + 1
+            continue
+        amount = value if most is None else min(max(value, 0.0), most)
+        step_room, horizon_room = per_step - step_used, total - used
+        room = min(step_room, horizon_room)
+        take = min(amount, room) if most is not None else (
+            amount if amount <= room else 0.0)
+        if take <= 0:
+            if dropped is not None:
+                reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
+                dropped[reason] = dropped.get(reason, 0) + 1
+            continue
+        out[key] = out.get(key, 0.0) + take
+        step_used += take
+        used += take
+    if len(out) == 1:
+        for key, value in out.items():
+            out_all.append((key, step, value))
+    elif out:
+        out_all.extend((key, step, value) for key, value in sorted(out.items(),
+                                                                  key=_key_order))
+    return used
+
+
+_new_instance = object.__new__
+
+
+def _delta(value: float) -> Delta:
+    """Delta(value): the instance dict filled directly, as the frozen dataclass's __init__
+    does through object.__setattr__ (equal, hashed and pickled alike)."""
+    delta = _new_instance(Delta)
+    fields = delta.__dict__
+    fields["value"] = value
+    fields["halt"] = False
+    return delta
+
+
+class _ProgressCoder(beam.coders.Coder):
+    """`TruncateStreamingFn`'s (next step to process, earliest buffered step or None) as two
+    int32 (None: -1; steps fit 31 bits, struct refuses others)."""
+
+    _FORMAT = struct.Struct("<ii")
+
+    def encode(self, value) -> bytes:
+        return self._FORMAT.pack(value[0], -1 if value[1] is None else value[1])
+
+    def decode(self, encoded: bytes):
+        done, earliest = self._FORMAT.unpack_from(encoded)
+        return done, None if earliest < 0 else earliest
+
+    def is_deterministic(self) -> bool:
+        return True
+
+
 @beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
 class TruncateStreamingFn(beam.DoFn):
-    """Unbounded input: buffer a unit's events until the watermark passes their step's end."""
+    """Unbounded input: buffer a unit's events until the watermark passes their step's end.
+
+    State per unit: the buffered events, the machine's state (read and written only at a
+    step end) and the progress (next step to process, earliest buffered step: two ints, the
+    one cell an event reads, written when the event is the earliest buffered)."""
 
     BUFFER = BagStateSpec("buffer", PickleCoder())
+    # the machine's state; counts keep theirs as the plain tuple (used, keys) (a tuple pickles
+    # several times faster than the UnitState dataclass)
     UNIT = ReadModifyWriteStateSpec("unit", PickleCoder())
-    NEXT = ReadModifyWriteStateSpec("next", PickleCoder())
-    EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # earliest buffered step
+    PROGRESS = ReadModifyWriteStateSpec("progress", _ProgressCoder())
     STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool):
         self.problem, self.steps = problem, steps
         self.diagnostics = diagnostics
+        self.setup()
+
+    def setup(self):
+        self._ends: Dict[int, Timestamp] = {}  # step -> its end, bounded
+        self._stamps: Dict[int, Timestamp] = {}  # step -> its outputs' event time, bounded
+        self._bounds = count_bounds(self.problem.bounds) \
+            if type(self.problem) is CountProblem else None
+
+    def _end(self, step: int) -> Timestamp:
+        """The end of `step` as a Timestamp (the step-end timer), cached."""
+        ends = self._ends
+        found = ends.get(step)
+        if found is None:
+            if len(ends) >= 1 << 16:
+                ends.clear()
+            found = ends[step] = _micros(self.steps.end(step))
+        return found
+
+    def _stamp(self, step: int) -> Timestamp:
+        """The event time of a step's outputs (its end - 1 us, as `_unit_outputs`), cached."""
+        stamps = self._stamps
+        found = stamps.get(step)
+        if found is None:
+            if len(stamps) >= 1 << 16:
+                stamps.clear()
+            found = stamps[step] = Timestamp.of(self.steps.end(step) - MICRO)
+        return found
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
-                next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
+                progress=beam.DoFn.StateParam(PROGRESS),
                 timer=beam.DoFn.TimerParam(STEP_END)):
         unit, event = element
         step = event[STEP]
-        if step < (next_step.read() or 0):
+        current = progress.read()
+        done, earliest = (0, None) if current is None else current
+        if step < done:
             yield dead_letter((unit, event[PAYLOAD]),
                               f"late: step {step} of this unit was already processed")
             return
-        buffer.add(tuple(event))
-        current = earliest.read()
-        if current is None or step < current:
-            earliest.write(step)
-            timer.set(_micros(self.steps.end(step)))
+        buffer.add(event if type(event) is tuple else tuple(event))
+        if earliest is None or step < earliest:
+            progress.write((done, step))
+            timer.set(self._end(step))
 
     @on_timer(STEP_END)
     def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
               buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
-              next_step=beam.DoFn.StateParam(NEXT), earliest=beam.DoFn.StateParam(EARLIEST),
+              progress=beam.DoFn.StateParam(PROGRESS),
               timer=beam.DoFn.TimerParam(STEP_END)):
-        events = list(buffer.read())
-        fired = float(fire.micros) / 1e6
-        ready = [e for e in events if self.steps.end(e[STEP]) <= fired + MICRO]
-        later = [e for e in events if self.steps.end(e[STEP]) > fired + MICRO]
-        state = unit_state.read()
-        state = self.problem.init_state() if state is None else state
-        done = next_step.read() or 0
-        by_step = sorted_payloads(ready)
-        last = max(by_step) if by_step else done - 1
-        run = run_unit(self.problem, key, state, by_step, done, last + 1)  # = advance_unit
-        if self.diagnostics:
-            count_truncation(run)
-        yield from _unit_outputs(key, run, self.steps.end)
-        buffer.clear()
-        earliest.clear()
-        if run.halt is not None:
-            next_step.write(self.steps.horizon)  # nothing more from this unit
-            return
-        unit_state.write(run.state)
-        next_step.write(last + 1)
-        for event in later:
-            buffer.add(event)
+        limit = float(fire.micros) / 1e6 + MICRO
+        end = self.steps.end
+        ready, later = [], []
+        for event in buffer.read():
+            (ready if end(event[STEP]) <= limit else later).append(event)
+        current = progress.read()
+        done = 0 if current is None else current[0]
+        problem = self.problem
+        saved = unit_state.read()
+        stamp = self._stamp
+        if type(problem) is CountProblem:  # = run_unit: truncate_counts, step by step
+            if saved is None:
+                saved = problem.init_state()
+                saved = (saved.used, saved.keys)
+            used, keys = saved[0], list(saved[1])
+            admitted = len(keys)
+            contributions: List[Tuple[Any, int, float]] = []
+            dropped = {} if self.diagnostics else None
+            bounds = self._bounds
+            if len(ready) == 1:  # the common case: one event
+                last = ready[0][STEP]
+                if done <= last:
+                    used = truncate_count_step(bounds, keys, used, last, (ready[0][PAYLOAD],),
+                                                contributions, dropped)
+            else:
+                by_step = payloads_by_step(ready, ordered=False)  # the machine sorts a step
+                last = max(by_step) if by_step else done - 1
+                for step in (sorted(by_step) if len(by_step) > 1 else by_step):
+                    if done <= step:
+                        used = truncate_count_step(bounds, keys, used, step, by_step[step],
+                                                    contributions, dropped)
+            if dropped:  # as count_truncation
+                for reason, count in dropped.items():
+                    Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(
+                        count)
+            for unit_key, step, value in contributions:  # as _unit_outputs, stamps cached
+                yield TimestampedValue(((unit_key, step), _delta(value)), stamp(step))
+            buffer.clear()
+            if used != saved[0] or len(keys) != admitted:  # else the machine did not move
+                unit_state.write((used, tuple(keys)))
+        else:
+            state = problem.init_state() if saved is None else saved
+            # the order `sorted_payloads` gives (= advance_unit's)
+            by_step = payloads_by_step(ready, ordered=True)
+            last = max(by_step) if by_step else done - 1
+            run = run_unit(problem, key, state, by_step, done, last + 1)  # = advance_unit
+            if self.diagnostics:
+                count_truncation(run)
+            for unit_key, step, value in run.contributions:  # as _unit_outputs
+                yield TimestampedValue(((unit_key, step), _delta(value)), stamp(step))
+            buffer.clear()
+            if run.halt is not None:
+                yield dead_letter(key, run.halt.reason)
+                yield TimestampedValue(((key, run.halt.step), Delta(halt=True)),
+                                       stamp(run.halt.step))
+                progress.write((self.steps.horizon, None))  # nothing more from this unit
+                return
+            unit_state.write(run.state)
         if later:
-            first = min(e[STEP] for e in later)
-            earliest.write(first)
-            timer.set(_micros(self.steps.end(first)))
+            for event in later:
+                buffer.add(event)
+            first = min(event[STEP] for event in later)
+            progress.write((last + 1, first))
+            timer.set(self._end(first))
+        else:
+            progress.write((last + 1, None))
 
 
 class TruncatePerUnit(beam.PTransform):
@@ -653,14 +895,16 @@ class TruncatePerUnit(beam.PTransform):
     unit's events with its saved state (`resume_states`, (unit, state) pairs), returns the new
     states and emits (key, KeySums wire tuple), one per key and bundle (the bundle's exact sums
     per step and its halts); unbounded input keeps the states in Beam state and emits
-    ((key, step), Delta) at each step's end."""
+    ((key, step), Delta) at each step's end. With `packed` (bounded input) the input is
+    already packed per unit: (unit, [Event tuples]) from `AssignSteps(packed=True)`."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None,
-                 resume_states=None, diagnostics: bool = False):
+                 resume_states=None, diagnostics: bool = False, packed: bool = False):
         super().__init__()
         self.problem, self.steps = problem, steps
         self.window = window or StepWindow.whole(steps)
         self.resume_states, self.diagnostics = resume_states, diagnostics
+        self.packed = packed  # input already (unit, [Event tuples]) (AssignSteps(packed=True))
 
     def expand(self, events):
         if not events.is_bounded:
@@ -673,7 +917,8 @@ class TruncatePerUnit(beam.PTransform):
             return StageOutput(out.deltas, out[DEAD_LETTER])
         # plain tuples through the shuffle (a dataclass costs ~5x more to encode), packed:
         # one list of events per unit and bundle
-        packed = events | "PackPerUnit" >> beam.ParDo(_PackPerUnitFn())
+        packed = events if self.packed else events | "PackPerUnit" >> beam.ParDo(
+            _PackPerUnitFn())
         if self.resume_states is None:
             grouped = packed | "GroupByUnit" >> beam.GroupByKey()
         else:
@@ -852,13 +1097,90 @@ class _ReleaseKeysFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.maker.seal(key, state), halted)))
 
 
+def _partials_struct(count: int) -> struct.Struct:
+    """(step, count, count float64 partials) of one pending step (cached per count)."""
+    found = _PARTIALS.get(count)
+    if found is None:
+        found = _PARTIALS[count] = struct.Struct("<II%dd" % count)
+    return found
+
+
+_PARTIALS: Dict[int, struct.Struct] = {}
+
+
+class ReleaseStateCoder(beam.coders.Coder):
+    """`ReleaseStreamingFn`'s state of one key, (sealed mechanism state or None, steps
+    released, halt step or None, pending exact sums {step: [partials]}), as compact bytes:
+    a header (steps released, halt step or -1, sealed length or -1, number of pending steps),
+    the sealed bytes, then per pending step (step, number of partials, the partials as
+    float64: exact, so the sums stay exact). Steps fit 31 bits (struct refuses others)."""
+
+    _HEAD = struct.Struct("<IiiI")
+    _ENTRY = struct.Struct("<II")
+    # the common layouts in one struct call: a sealed CounterState (33 bytes) and one pending
+    # step with one partial (or none)
+    _ONE = struct.Struct("<IiiI33sIId")
+    _NONE = struct.Struct("<IiiI33s")
+
+    def encode(self, value) -> bytes:
+        sealed, released, halted, pending = value
+        if sealed is not None and len(sealed) == 33 and len(pending) <= 1:
+            halt = -1 if halted is None else halted
+            if not pending:
+                return self._NONE.pack(released, halt, 33, 0, sealed)
+            (step, partials), = pending.items()
+            if len(partials) == 1:
+                return self._ONE.pack(released, halt, 33, 1, sealed, step, 1, partials[0])
+        head = self._HEAD.pack(released, -1 if halted is None else halted,
+                               -1 if sealed is None else len(sealed), len(pending))
+        if sealed is not None:
+            head += sealed
+        if not pending:
+            return head
+        parts = [head]
+        for step, partials in pending.items():
+            count = len(partials)
+            parts.append(_partials_struct(count).pack(step, count, *partials))
+        return b"".join(parts)
+
+    def decode(self, encoded: bytes):
+        if type(encoded) is not bytes:
+            encoded = bytes(encoded)
+        if len(encoded) == 65:  # = self._ONE.size
+            released, halted, size, count, sealed, step, n, value = self._ONE.unpack(encoded)
+            if size == 33 and count == 1 and n == 1:
+                return sealed, released, None if halted < 0 else halted, {step: [value]}
+        released, halted, size, count = self._HEAD.unpack_from(encoded)
+        at = 16  # self._HEAD.size
+        sealed = None
+        if size >= 0:
+            sealed, at = encoded[at:at + size], at + size
+        pending = {}
+        if count:
+            entry = self._ENTRY.unpack_from
+            for _ in range(count):
+                step, n = entry(encoded, at)
+                layout = _partials_struct(n)
+                pending[step] = list(layout.unpack_from(encoded, at)[2:])
+                at += layout.size
+        return sealed, released, None if halted < 0 else halted, pending
+
+    def is_deterministic(self) -> bool:
+        return True
+
+
 class ReleaseStreamingFn(beam.DoFn):
     """Unbounded input, per public key: collects step totals and releases step s when the
-    watermark passes the end of step s + release_delay_steps."""
+    watermark passes the end of step s + release_delay_steps.
 
-    PENDING = ReadModifyWriteStateSpec("pending", PickleCoder())
-    COUNTER = ReadModifyWriteStateSpec("counter", BytesCoder())
-    HALTED = ReadModifyWriteStateSpec("halted", PickleCoder())
+    One state cell per key (`ReleaseStateCoder`): the sealed mechanism state (tagged with the
+    release, its secret and the key: `RecordMaker.seal`), the number of steps released as a
+    plain int (the late check in `process` needs no unsealing), the halt step and the pending
+    exact sums. `process` reads and writes it once; a release timer reads it, unseals the
+    mechanism state once (refused if another release, secret or key sealed it) and writes it
+    once."""
+
+    STATE = ReadModifyWriteStateSpec("release_state", ReleaseStateCoder())
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
     def __init__(self, config: ReleaseConfig, public_keys: Sequence):
@@ -869,57 +1191,78 @@ class ReleaseStreamingFn(beam.DoFn):
 
     def setup(self):
         self.maker = RecordMaker(self.config)
+        self._times: Dict[int, Tuple[Timestamp, Timestamp]] = {}
 
-    def _read_state(self, key, counter):
-        data = counter.read()
-        return self.maker.mechanism.init_state() if data is None else \
-            self.maker.restore(key, data)
+    def _step_times(self, step: int) -> Tuple[Timestamp, Timestamp]:
+        """(the event time of step's records, the release time of step), cached per step."""
+        found = self._times.get(step)
+        if found is None:
+            if len(self._times) >= 1 << 16:
+                self._times.clear()
+            steps = self.config.steps
+            found = self._times[step] = (Timestamp.of(steps.end(step) - MICRO),
+                                         self._release_time(step))
+        return found
 
     def _release_time(self, step):
         return _micros(self.config.steps.end(step + self.config.release_delay_steps))
 
-    def process(self, element, pending=beam.DoFn.StateParam(PENDING),
-                counter=beam.DoFn.StateParam(COUNTER), halted=beam.DoFn.StateParam(HALTED),
+    def process(self, element, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         key, message = element
         if key not in self.public:
             return  # not a public key: no output and no state
+        current = state.read()
+        if current is None:
+            sealed, released, halted, pending = None, 0, None, {}  # nothing yet
+        else:
+            sealed, released, halted, pending = current
         if isinstance(message, Seed):
-            if counter.read() is None:
-                timer.set(self._release_time(0))
-                counter.write(self.maker.seal(key, self.maker.mechanism.init_state()))
+            if sealed is None:
+                timer.set(self._step_times(0)[1])
+                state.write((self.maker.seal(key, self.maker.mechanism.init_state()), released,
+                             halted, pending))
             return
+        step = message.step
         if message.halt:
-            current = halted.read()
-            halted.write(message.step if current is None else min(message.step, current))
+            state.write((sealed, released, step if halted is None else min(step, halted),
+                         pending))
             return
-        if message.step < self._read_state(key, counter).steps:
+        if step < released:
             if self.late is not None:
                 self.late.inc()
-            yield dead_letter((key, message.step, message.value),
-                              f"late: step {message.step} of key {key_text(key)!r} was "
+            yield dead_letter((key, step, message.value),
+                              f"late: step {step} of key {key_text(key)!r} was "
                               f"already released")
             return
-        values = pending.read() or {}
-        values[message.step] = add_exact(values.get(message.step, []), message.value)
-        pending.write(values)
+        found = pending.get(step)
+        pending[step] = add_exact(found, message.value) if found else [message.value]
+        state.write((sealed, released, halted, pending))
 
     @on_timer(RELEASE)
-    def release(self, key=beam.DoFn.KeyParam, pending=beam.DoFn.StateParam(PENDING),
-                counter=beam.DoFn.StateParam(COUNTER), halted=beam.DoFn.StateParam(HALTED),
+    def release(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
-        values = pending.read() or {}
-        stop = halted.read()
-        state = self._read_state(key, counter)
-        step = state.steps
-        out, state = self.maker.for_key(key).step(state, math.fsum(values.pop(step, [])))
-        pending.write(values)
-        counter.write(self.maker.seal(key, state))
+        current = state.read()
+        if current is None:
+            sealed, released, stop, pending = None, 0, None, {}  # nothing yet
+        else:
+            sealed, released, stop, pending = current
+        maker = self.maker
+        key_state = maker.mechanism.init_state() if sealed is None else \
+            maker.restore(key, sealed)
+        step = key_state.steps
+        if step != released:
+            raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step {step}, "
+                               f"its release state at {released}")
+        partials = pending.pop(step, None)
+        out, key_state = maker.streamer(key).step(key_state,
+                                                  math.fsum(partials) if partials else 0.0)
+        state.write((maker.seal(key, key_state), step + 1, stop, pending))
         if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
-            timer.set(self._release_time(step + 1))
+            timer.set(self._step_times(step + 1)[1])
         if stop is None or step < stop:
-            yield TimestampedValue(self.maker.record(key, step, float(out)),
-                                   self.config.steps.end(step) - MICRO)
+            yield TimestampedValue(maker.record(key, step, float(out)),
+                                   self._step_times(step)[0])
 
 
 class ReleasePerKey(beam.PTransform):

@@ -122,7 +122,7 @@ def test_node_noise_of_a_step_is_the_noise_of_the_batch_read():
 def test_block_cache_is_bounded_and_follows_the_noise_source():
     mechanism = make("naive_composition", 1 << 20, epsilon=1.0, noise="float", seed=2)
     for i in range(base._DRAW_CACHE_BLOCKS + 10):
-        mechanism._draw(0, i * base._DRAW_BLOCK, 1)
+        mechanism._draw(0, i * base.DRAW_BLOCK, 1)
     assert len(mechanism._cache["draw_blocks"][1]) == base._DRAW_CACHE_BLOCKS
     first = mechanism._draw(0, 0, 3)
     mechanism.noise_source = ConstantNoiseSource(0.25)  # another source: nothing stale is read

@@ -120,13 +120,18 @@ def _commit_of(tmp_path, monkeypatch):
     return captured[0], state, config
 
 
+def written_by(committer):
+    return [p for p in checkpoints.checkpoint_files(committer.folder)
+            if os.path.basename(p) != checkpoints.LEDGER]
+
+
 def test_a_retried_checkpoint_commit_is_a_no_op(tmp_path, monkeypatch):
     committer, state, _ = _commit_of(tmp_path, monkeypatch)
     marker = open(checkpoints.marker_path(state, 0), "rb").read()
     published = sorted(glob.glob(os.path.join(
         schedule.published_folder(committer.job, committer.ledger["release_id"]), "*")))
     contents = [open(p, "rb").read() for p in published]
-    assert committer() == "committed"  # the retry: same marker, same ledger, same records
+    assert committer(written_by(committer)) == "committed"  # the retry: nothing changes
     assert open(checkpoints.marker_path(state, 0), "rb").read() == marker
     assert [open(p, "rb").read() for p in published] == contents
     checkpoints.verify_checkpoint(committer.folder,
@@ -138,7 +143,7 @@ def test_a_commit_of_another_run_from_the_same_step_publishes_nothing(tmp_path, 
     loser = commit.CommitCheckpoint(committer.job, state, committer.folder + "-other", 0, 4,
                                     committer.secret, committer.ledger, committer.publish)
     with pytest.raises(checkpoints.ConcurrentRun, match=f"in the state directory {state}"):
-        loser()
+        loser(written_by(committer))
     assert not os.path.exists(committer.folder + "-other")  # no ledger, no manifest, no records
 
 
@@ -153,6 +158,182 @@ def test_a_retried_run_commit_leaves_the_committed_set(tmp_path, monkeypatch, la
     assert job_run.main(["--config", config, *STAGE]) == 0
     run_on_dataflow(staged.pop())
     before = {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))}
-    assert captured[0]() == "already committed"
+    assert captured[0]([]) == "already committed"
     assert {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))} \
         == before
+
+
+# Attacks on the in-job commit (each broke an earlier version of it).
+
+def _secret_config(tmp_path, name="cart_items.yaml", **changes):
+    secret = tmp_path / "secret"
+    secret.write_text("ab" * 32)  # private: fresh release ids, no seed
+    return write_config(tmp_path, name, secret={"path": str(secret)}, **changes)
+
+
+def test_a_staged_scheduled_job_run_twice_fails_and_publishes_nothing(tmp_path, launcher):
+    """A classic template is one staged graph that may be launched again: its second execution
+    would rewrite the committed checkpoint and republish its steps with the same noise on other
+    data. The guard fails it before any write."""
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path)
+    state = str(tmp_path / "state")
+    summary = schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
+    template = staged.pop()
+    run_on_dataflow(template)
+    [(_, folder)] = checkpoints.committed_checkpoints(state)
+
+    def contents():  # Beam's empty temp folders of the failed job aside
+        return {p: open(p, "rb").read() for p in glob.glob(os.path.join(folder, "*")) +
+                glob.glob(os.path.join(summary["published"], "*")) if os.path.isfile(p)}
+
+    before = contents()
+    with pytest.raises(Exception, match="already committed in the state directory"):
+        run_on_dataflow(template)
+    assert contents() == before
+    checkpoints.verify_checkpoint(folder, checkpoints.read_json(
+        checkpoints.marker_path(state, 0))["manifest_sha256"])
+
+
+def test_a_staged_run_executed_twice_fails_and_publishes_nothing(tmp_path, launcher):
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path, "active_users.yaml")
+    job = job_config.load(config)
+    assert job_run.main(["--config", config, *STAGE]) == 0
+    template = staged.pop()
+    run_on_dataflow(template)
+    before = {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))}
+    with pytest.raises(Exception, match="was already committed"):
+        run_on_dataflow(template)
+    assert {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))} \
+        == before
+
+
+def test_states_altered_after_the_launch_fail_the_job(tmp_path, launcher):
+    """The driver verifies the previous checkpoint at launch; the job reads it later and checks
+    every file against the verified manifest again (nothing altered is resumed and re-signed)."""
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path)
+    state = str(tmp_path / "state")
+    schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
+    run_on_dataflow(staged.pop())
+    [(_, first)] = checkpoints.committed_checkpoints(state)
+    schedule.run_once(config, state, ORIGIN + 10 * HOUR, STAGE)
+    for path in glob.glob(os.path.join(first, "units-*")):
+        open(path, "w").close()  # every unit's contribution count reset
+    with pytest.raises(Exception, match="changed after the driver verified it"):
+        run_on_dataflow(staged.pop())
+    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [5]
+
+
+def test_a_file_the_job_did_not_write_is_never_signed(tmp_path, monkeypatch):
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    real = commit.CommitCheckpoint.__call__
+
+    def planted_then_commit(self, written):
+        open(os.path.join(self.folder, "units-zz-planted"), "w").close()
+        return real(self, written)
+
+    monkeypatch.setattr(commit.CommitCheckpoint, "__call__", planted_then_commit)
+    with pytest.raises(Exception, match="only the files this run wrote"):
+        schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    assert checkpoints.committed_checkpoints(state) == []
+
+
+def test_a_concurrent_attempt_of_the_same_commit_keeps_the_release_resumable(tmp_path,
+                                                                            monkeypatch):
+    """Two attempts of one commit (a zombie worker): both write the same ledger bytes, and an
+    attempt that finds its marker verifies the folder before it publishes."""
+    committer, state, config = _commit_of(tmp_path, monkeypatch)
+    os.remove(os.path.join(committer.folder, checkpoints.COMMITTED))
+    assert committer(written_by(committer)) == "committed"
+    assert schedule.run_once(config, state, ORIGIN + 8 * HOUR)["released_after"] == 8
+    with open(os.path.join(committer.folder, "records-00000-of-00001.jsonl"), "a") as handle:
+        handle.write("{}\n")  # altered after its commit: an attempt now refuses to publish
+    with pytest.raises(ValueError, match="differs from its manifest"):
+        committer(written_by(committer))
+
+
+def test_a_state_directory_spelled_differently_resumes(tmp_path, monkeypatch):
+    """The markers name folders as the committing run spelled the state directory; another
+    spelling must neither delete a committed checkpoint as stale nor lose it."""
+    config = write_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    schedule.run_once(config, "state", ORIGIN + 5 * HOUR)
+    assert schedule.run_once(config, str(tmp_path / "state"), ORIGIN + 8 * HOUR)[
+        "released_after"] == 8
+    assert schedule.run_once(config, "./state/", ORIGIN + 10 * HOUR)["released_after"] == 10
+    assert [r for r, _ in checkpoints.committed_checkpoints("state")] == [5, 8, 10]
+
+
+def _staged_release(tmp_path, release_id):
+    """A job's staging folder as its write stages leave it (no Beam), and the committer."""
+    config = _secret_config(tmp_path, "active_users.yaml")
+    job = job_config.load(config)
+    staging = commit.OutputStaging(job)
+    for folder, name in ((staging.public, "records-00000-of-00001.jsonl"),
+                         (staging.operator, "dead_letters-00000-of-00001.jsonl")):
+        os.makedirs(folder)
+        with open(os.path.join(folder, name), "w") as handle:
+            handle.write(json.dumps({"release": release_id}) + "\n")
+    return job, commit.CommitRun(staging, {"release_id": release_id}, private=True)
+
+
+@pytest.mark.parametrize("crash_at", [1, 2, 3, 4])
+def test_a_run_commit_interrupted_at_any_rename_converges(tmp_path, monkeypatch, crash_at):
+    job, first = _staged_release(tmp_path, "a" * 32)
+    first(["unused"])  # an earlier release is in place
+    _, second = _staged_release(tmp_path, "b" * 32)
+    calls, rename = [0], os.rename
+
+    def interrupted(source, target):
+        calls[0] += 1
+        if calls[0] == crash_at:
+            raise OSError("worker lost")
+        return rename(source, target)
+
+    monkeypatch.setattr(commit.os, "rename", interrupted)
+    with pytest.raises(OSError, match="worker lost"):
+        second(["unused"])
+    monkeypatch.setattr(commit.os, "rename", rename)
+    assert second(["unused"]) == "committed"  # the retry
+    for folder, name in ((job.public_path, "records-00000-of-00001.jsonl"),
+                         (job.operator_path, "dead_letters-00000-of-00001.jsonl")):
+        assert json.load(open(os.path.join(folder, name))) == {"release": "b" * 32}
+    assert json.load(open(os.path.join(job.public_path, "release.json")))["release_id"] == \
+        "b" * 32
+    assert json.load(open(os.path.join(job.operator_path, "summary.json")))["release_id"] == \
+        "b" * 32
+    assert not glob.glob(str(tmp_path / "out" / ".staging-*"))
+    assert second(["unused"]) == "already committed"
+
+
+def test_a_run_killed_mid_swap_is_finished_by_the_next_run(tmp_path, monkeypatch):
+    job, first = _staged_release(tmp_path, "a" * 32)
+    first(["unused"])
+    _, second = _staged_release(tmp_path, "b" * 32)
+    rename = os.rename
+    monkeypatch.setattr(commit.os, "rename", lambda *a: (_ for _ in ()).throw(OSError("killed")))
+    with pytest.raises(OSError):
+        second(["unused"])  # its sets are complete (_SWAPPING), nothing moved yet
+    monkeypatch.setattr(commit.os, "rename", rename)
+    commit.OutputStaging(job)  # the next run of the job finishes the swap first
+    assert json.load(open(os.path.join(job.public_path, "release.json")))["release_id"] == \
+        "b" * 32
+    assert not glob.glob(str(tmp_path / "out" / ".staging-*"))
+
+
+def test_a_run_whose_staging_folder_vanished_fails(tmp_path, launcher, monkeypatch):
+    """A second run of the job removed the first one's staging folder between the first job's
+    writes and its commit: the first job fails instead of succeeding without a release."""
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path, "active_users.yaml")
+    captured, original = [], commit.after_writes
+    monkeypatch.setattr(commit, "after_writes", lambda p, w, c, label: (
+        captured.append(c), original(p, w, lambda files: files, label))[1])
+    assert job_run.main(["--config", config, *STAGE]) == 0
+    run_on_dataflow(staged.pop())  # the first job's writes
+    assert job_run.main(["--config", config, *STAGE]) == 0  # removes the first's staging folder
+    with pytest.raises(ValueError, match="`staging folder` must be present until its commit"):
+        captured[0](["unused"])

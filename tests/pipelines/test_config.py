@@ -66,6 +66,8 @@ CASES = [
     (("mechanism",), {"name": "magic"}, r"^`mechanism.name` must be one of 'auto'"),
     (("mechanism",), {"name": "auto", "params": {"k": 3}},
      r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
+    (("mechanism",), {"max_state_bytes_per_key": 10},
+     r"^`mechanism.max_state_bytes_per_key` must be an integer >= 33 \(bytes of state per key"),
     (("confidence",), 1.5, r"^`confidence` must be a number in \(0, 1\); got 1\.5\.$"),
     (("secret",), {"seed": 1, "env": "X"},
      r"^`secret` must be at most one of env, path, seed or stored"),

@@ -56,6 +56,8 @@ def test_json_output(capsys):
      "`interval-bound` must be an integer >= 1; got -3."),
     (["--horizon", "10", "--rho", "1", "--bogus"], "unrecognized arguments: --bogus"),
     (["--horizon", str(2 ** 25), "--rho", "1"], "`horizon` must be <= 16777216 for planning"),
+    (["--horizon", "10", "--rho", "1", "--max-state-bytes-per-key", "32"],
+     "`max-state-bytes-per-key` must be an integer >= 33; got 32."),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(capsys, args, message):
     code, out, err = run(capsys, *args)

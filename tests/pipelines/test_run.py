@@ -1,6 +1,7 @@
 """The job runner end to end on the bundled demo data, and from an installed sdist."""
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -197,16 +198,24 @@ def test_run_summary_json_is_public_and_names_why_the_mechanism_won(tmp_path, ca
 
 @pytest.mark.parametrize("name,changes", [
     ("active_users", {}), ("active_users", {"max_keys_per_unit": 3}), ("seconds_on_page", {}),
-    ("cart_items", {"max_keys_per_unit": 2}), ("friend_degrees", {}), ("signups", {})])
+    ("cart_items", {"max_keys_per_unit": 2}), ("friend_degrees", {}), ("signups", {}),
+    ("signups", {"max_state_bytes_per_key": 500})])  # the square root (793 B) over budget
 def test_the_plan_command_a_run_names_recommends_what_auto_chose(name, changes, capsys):
     from pipelines import config as job_config
     from pipelines import plan
     from transforms.release import NoNoise
     job = job_config.load(f"demo:{name}")
+    budget = changes.pop("max_state_bytes_per_key", None)
     job = job.replace(bounds=dict(job.bounds, **changes),
                       secret=job_config.SecretSpec(insecure=True))
+    if budget is not None:
+        job = job.replace(mechanism=dataclasses.replace(job.mechanism,
+                                                        max_state_bytes_per_key=budget))
     transform = job_run.build_transform(job, noise_source=NoNoise())
-    command = job_run.plan_command(transform.descriptor).split()
+    command = job_run.plan_command(transform.descriptor,
+                                   job.mechanism.max_state_bytes_per_key).split()
+    if budget is not None:
+        assert transform.descriptor["mechanism"] != "sqrt_toeplitz"
     capsys.readouterr()
     assert plan.main(command[3:] + ["--json"]) == 0
     recommended = json.loads(capsys.readouterr().out)["recommended"]

@@ -11,7 +11,8 @@ running total of x to L z, which it derives from the keyed noise seam. Hence:
   continuous float64 noise (not safe against floating-point attacks);
 
 - the streaming state is only (steps released, exact running total): 17 bytes for every
-  mechanism, trees and square root alike; no noise is stored, none is ever re-drawn;
+  mechanism, trees and the float square root alike (the discrete square root also keeps its
+  input history, 16 B per step: `state_size`); no noise is stored, none is ever re-drawn;
 - `step` and `release` run the same arithmetic in the same order, so they agree bit for bit.
 """
 from __future__ import annotations
@@ -35,8 +36,9 @@ NOISE_KINDS = ("discrete", "float")
 # in the sensitivity or the budget can never make the noise smaller than the calibration needs.
 _PARAMETER_MARGIN = 2.0 ** -40
 # Streaming reads node noise in aligned blocks of this many nodes, keeping at most
-# _DRAW_CACHE_BLOCKS blocks per mechanism (and its for_stream copies): <= 4 MiB of float64.
-_DRAW_BLOCK = 1024
+# _DRAW_CACHE_BLOCKS blocks per mechanism (and its for_stream copies): <= 4 MiB of float64
+# (the scalar paths' views of blocks, `_node_views`, keep at most as many alive again).
+DRAW_BLOCK = 1024
 _DRAW_CACHE_BLOCKS = 512
 # Integers of at most this magnitude convert to float64 exactly (the scalar step's fast path).
 _EXACT_INTEGER = 1 << 53
@@ -62,13 +64,13 @@ class CounterState:
         version, steps, total = cls._FORMAT.unpack(bytes(data))
         if version != cls._VERSION:
             check.fail("state version", f"{cls._VERSION}", version)
-        return _counter_state(steps, total) if cls is CounterState else cls(steps, total)
+        return counter_state(steps, total) if cls is CounterState else cls(steps, total)
 
 
 _new_instance = object.__new__
 
 
-def _counter_state(steps: int, running_total: float) -> CounterState:
+def counter_state(steps: int, running_total: float) -> CounterState:
     """CounterState(steps, running_total) for the scalar step: the instance dict filled
     directly, as the frozen dataclass's __init__ does through object.__setattr__ (half its
     cost; equal, hashed and serialised alike)."""
@@ -215,14 +217,14 @@ class ContinualMechanism(abc.ABC):
         """Node noise z of nodes start .. start+count-1 on `level`: integers (discrete) or unit
         floats (scaled by node_scale after combining).
 
-        Small reads inside one aligned block of _DRAW_BLOCK nodes (every streaming step) are
+        Small reads inside one aligned block of DRAW_BLOCK nodes (every streaming step) are
         served from a bounded per-mechanism cache of whole blocks, read once through the same
         noise source call as any other read: a node's noise depends only on its (stream, level,
         index), so the values are the same, without the source's generic per-call path."""
-        if 0 < count <= _DRAW_BLOCK and start >= 0:
-            block = start // _DRAW_BLOCK
-            offset = start - block * _DRAW_BLOCK
-            if offset + count <= _DRAW_BLOCK:
+        if 0 < count <= DRAW_BLOCK and start >= 0:
+            block = start // DRAW_BLOCK
+            offset = start - block * DRAW_BLOCK
+            if offset + count <= DRAW_BLOCK:
                 cache = self._cache.get("draw_blocks")
                 if cache is not None and cache[0] is self.noise_source:  # inlined cache hit
                     stream = self.stream
@@ -234,19 +236,19 @@ class ContinualMechanism(abc.ABC):
 
     def _draw_one(self, level: int, index: int) -> float:
         """Node noise z of node `index` on `level` as a Python float (as `_draw`)."""
-        block = index // _DRAW_BLOCK
+        block = index // DRAW_BLOCK
         cache = self._cache.get("draw_blocks")
         if cache is not None and cache[0] is self.noise_source:  # the cached block, inlined
             stream = self.stream
             values = cache[1].get((type(stream), stream, level, block))
             if values is not None:
-                return values.item(index - block * _DRAW_BLOCK)
+                return values.item(index - block * DRAW_BLOCK)
         if index < 0:
             return float(self._draw_nodes(level, index, 1)[0])  # the source refuses it
-        return self._draw_block(level, block).item(index - block * _DRAW_BLOCK)
+        return self._draw_block(level, block).item(index - block * DRAW_BLOCK)
 
     def _draw_block(self, level: int, block: int) -> np.ndarray:
-        """Nodes [block, block + 1) x _DRAW_BLOCK of `level` in this stream, cached."""
+        """Nodes [block, block + 1) x DRAW_BLOCK of `level` in this stream, cached."""
         cache = self._cache.get("draw_blocks")
         if cache is None or cache[0] is not self.noise_source:
             # keyed by the source object: a mechanism given another source starts over
@@ -256,11 +258,38 @@ class ContinualMechanism(abc.ABC):
         key = (type(stream), stream, level, block)
         values = blocks.get(key)
         if values is None:
-            values = self._draw_nodes(level, block * _DRAW_BLOCK, _DRAW_BLOCK)
+            values = self._draw_nodes(level, block * DRAW_BLOCK, DRAW_BLOCK)
             if len(blocks) >= _DRAW_CACHE_BLOCKS:
                 del blocks[next(iter(blocks))]  # oldest first
             blocks[key] = values
         return values
+
+    def _node_views(self) -> dict:
+        """{(type(stream), stream, level, block): the block's node noise indexable as Python
+        floats} for this mechanism's noise source (the scalar streaming paths read a few nodes
+        per step; `_node_view` fills it). A view of a cached block of `_draw_block` (a
+        memoryview of its float64 buffer, or its `tolist()`): the same values, bit for bit,
+        as the `tolist()` of any read of those nodes."""
+        views = self._cache.get("draw_views")
+        if views is None or views[0] is not self.noise_source:
+            views = self._cache["draw_views"] = (self.noise_source, {})
+        return views[1]
+
+    def _node_view(self, level: int, block: int):
+        """Block `block` of `level` in this stream as `_node_views` holds it (bounded like the
+        block cache: at most _DRAW_CACHE_BLOCKS views, oldest first out)."""
+        views = self._node_views()
+        values = self._draw_block(level, block)
+        if (type(values) is np.ndarray and values.dtype == np.float64 and values.ndim == 1
+                and values.flags.c_contiguous):
+            view = memoryview(values)
+        else:
+            view = np.asarray(values).tolist()
+        if len(views) >= _DRAW_CACHE_BLOCKS:
+            del views[next(iter(views))]
+        stream = self.stream
+        views[(type(stream), stream, level, block)] = view
+        return view
 
     def _draw_nodes(self, level: int, start: int, count: int) -> np.ndarray:
         """`_draw` through the noise source's generic path (no block cache)."""
@@ -309,6 +338,20 @@ class ContinualMechanism(abc.ABC):
 
     def init_state(self) -> CounterState:
         return CounterState()
+
+    @classmethod
+    def state_size(cls, horizon: int, noise: str = "discrete", steps: Optional[int] = None
+                   ) -> int:
+        """Bytes of `state.to_bytes()` after `steps` releases (default: all `horizon` steps,
+        the largest) for this mechanism class and noise kind, without building it. Every
+        mechanism keeps a `CounterState` (17 B, whatever T); subclasses whose state grows with
+        the steps (the discrete square root) override this. Tested against the real state."""
+        return CounterState._FORMAT.size
+
+    def state_bytes(self, steps: Optional[int] = None) -> int:
+        """Bytes of this mechanism's serialized state after `steps` releases (default: the
+        horizon): `state_size` for its horizon and noise."""
+        return type(self).state_size(self.horizon, self.noise, steps)
 
     def advance(self, state: CounterState, values) -> Tuple[np.ndarray, CounterState]:
         """Release the next len(values) steps from `state`, vectorised."""
@@ -361,7 +404,7 @@ class ContinualMechanism(abc.ABC):
                 noise = self._step_noise(steps)
                 if not discrete:
                     noise = scale * noise
-                return total + noise, _counter_state(steps + 1, total)
+                return total + noise, counter_state(steps + 1, total)
         out, new_state = self.advance(state, [value])
         return float(out[0]), new_state
 

@@ -260,6 +260,17 @@ class SqrtToeplitz(ToeplitzMechanism):
     def init_state(self):
         return HistoryState() if self.discrete else super().init_state()
 
+    @classmethod
+    def state_size(cls, horizon, noise="discrete", steps=None):
+        """Discrete noise: a `HistoryState`, 9 B + 16 B per released step (x_t and
+        round(R~ x / g)_t as int64): 9 + 16 T at the end of the horizon (140,169 B at
+        T = 8760). Float noise: the 17 B `CounterState` (its O(T) noise vector is worker memory,
+        re-derived from the seam, not state)."""
+        if noise != "discrete":
+            return super().state_size(horizon, noise, steps)
+        steps = horizon if steps is None else steps
+        return HistoryState._HEADER.size + 16 * steps
+
     def _counter_advance(self):
         return not self.discrete  # float noise: the base CounterState advance (and step)
 

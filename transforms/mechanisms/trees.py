@@ -25,12 +25,15 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from transforms import validation as check
-from .base import ContinualMechanism
+from .base import DRAW_BLOCK, ContinualMechanism
 
 # Above this horizon the sparsified sensitivity is not enumerated; the structural count (every
 # data leaf lies in at most `_structural_column_count()` noisy nodes) is used instead.
 EXACT_SENSITIVITY_LIMIT = 1 << 22
 _CHUNK = 1 << 20
+# Steps whose node plan (`TreeMechanism._node_plan`) a mechanism keeps (and its stream copies).
+_NODE_PLAN_STEPS = 1 << 12
+_SEEN_ONCE = 1  # a step asked for once: no plan yet (plans are tuples or False)
 
 
 def _smallest_height(max_digit: int, k: int, horizon: int) -> int:
@@ -258,7 +261,162 @@ class TreeMechanism(ContinualMechanism):
     def _data_free_one(self, level: int, node: int) -> bool:
         return node * self.arity ** level >= self.horizon
 
+    def _step_noise(self, start: int) -> float:
+        """(L z)[start] for `step`: `_unit_noise(start, 1)[0]` is this very float."""
+        return self._unit_noise_one(start + 1)
+
+    def _one_plan(self):
+        """(k, low, height, powers, unused child, prune, horizon) for `_node_plan`, or False
+        when a subclass changes how a node's noise is read (cached)."""
+        plan = False
+        if type(self)._node_noise is TreeMechanism._node_noise and \
+                type(self)._data_free_one is TreeMechanism._data_free_one:
+            k = self.arity
+            plan = (k, self.digit_low, self.height,
+                    [k ** level for level in range(self.height + 1)], self.unused_child,
+                    self.prune, self.horizon)
+        self._cache["one_plan"] = plan
+        return plan
+
     def _unit_noise_one(self, step: int) -> float:
+        """`_unit_noise_one_generic` by the step's node plan (`_node_plan`, the same for every
+        stream, so cached per step: a streaming release steps all its keys through the same
+        step), reading each node's noise as a Python float from the block views
+        (`_node_views`): the same values, additions and order, so the same float bit for bit
+        (tests/mechanisms/test_trees.py)."""
+        plans = self._cache.get("node_plans")
+        if plans is None:
+            plans = self._cache["node_plans"] = {}
+        plan = plans.get(step)
+        if plan is None:  # a step seen once (one stream) is computed directly, not planned
+            if len(plans) >= _NODE_PLAN_STEPS:
+                plans.clear()
+            plans[step] = _SEEN_ONCE
+            return self._unit_noise_direct(step)
+        if type(plan) is int:  # seen before: a second stream at this step (streaming: all keys)
+            plan = plans[step] = self._node_plan(step)
+        if plan is False:
+            return self._unit_noise_one_generic(step)
+        views = self._node_views()
+        stream = self.stream
+        kind = type(stream)
+        total = 0.0
+        if plan[0]:  # one node per used level, added as it is
+            for level, block, offset in plan[1]:
+                view = views.get((kind, stream, level, block))
+                if view is None:
+                    view = self._node_view(level, block)
+                total = total + view[offset]
+            return total
+        for negative, nodes in plan[1]:
+            picked = None
+            for level, block, offset, factor in nodes:
+                view = views.get((kind, stream, level, block))
+                if view is None:
+                    view = self._node_view(level, block)
+                value = view[offset]
+                if factor is not None:
+                    value = value * factor
+                picked = value if picked is None else picked + value
+            total = total + (-picked if negative else picked)
+        return total
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`_unit_noise_one` without a plan: `_node_plan`'s nodes read and added as they are
+        found (a step only one stream asks for)."""
+        plan = self._cache.get("one_plan")
+        if plan is None:
+            plan = self._one_plan()
+        if plan is False:
+            return self._unit_noise_one_generic(step)
+        k, low, height, powers, unused, prune, horizon = plan
+        rest, digits = self._prefix_leaves_one(step), []
+        for _ in range(height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
+            digits.append(digit)
+        views = self._node_views()
+        stream = self.stream
+        kind, block_size = type(stream), DRAW_BLOCK
+        total, position = 0.0, 0
+        for level in range(height - 1, -1, -1):
+            digit = digits[level]
+            if digit == 0:
+                continue
+            size = powers[level]
+            parent = position // powers[level + 1] - (digit < 0)
+            if parent < 0:
+                return self._unit_noise_one_generic(step)  # the source refuses it
+            if digit > 0:
+                first, order = parent * (k - 1), range(digit)
+            else:
+                first, order = parent * (k - 1) - 1, range(k - 1, k - 1 + digit, -1)
+            masked = prune and (parent * k + k - 1) * size >= horizon
+            picked = None
+            for i in order:
+                index = first + i
+                block = index // block_size
+                view = views.get((kind, stream, level, block))
+                if view is None:
+                    view = self._node_view(level, block)
+                value = view[index - block * block_size]
+                if masked and (parent * k + i) * size >= horizon:
+                    value = value * 0.0
+                picked = value if picked is None else picked + value
+            total = total + (picked if digit > 0 else -picked)
+            position = position + digit * size
+        return total
+
+    def _node_plan(self, step: int):
+        """The nodes `_unit_noise_one_generic` adds for `step`, in its order: (True, ((level,
+        block, offset), ...)) when every used level adds one node's value as it is, else
+        (False, ((negative, ((level, block, offset, factor or None), ...)), ...)): per used
+        level, its children's values (times factor 0.0 if pruned: x * 1.0 == x, so the other
+        factors are left out) summed in order, then added (or subtracted) to the total. A
+        level whose digit is 0 is left out: total + 0.0 == total, as the total starts at +0.0
+        and is never -0.0 (a sum is -0.0 only when both terms are). False: no plan (the
+        generic path)."""
+        plan = self._cache.get("one_plan")
+        if plan is None:
+            plan = self._one_plan()
+        if plan is False:
+            return False
+        k, low, height, powers, unused, prune, horizon = plan
+        rest, digits = self._prefix_leaves_one(step), []
+        for _ in range(height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
+            digits.append(digit)
+        block_size = DRAW_BLOCK
+        groups, simple, position = [], True, 0
+        for level in range(height - 1, -1, -1):
+            digit = digits[level]
+            if digit == 0:
+                continue
+            size = powers[level]
+            parent = position // powers[level + 1] - (digit < 0)
+            if parent < 0:
+                return False  # the source refuses it (the generic path raises)
+            # children 0 .. d-1 (d > 0) or k-1 down to k+d (d < 0) never include the unused
+            # child low + k - 1: compact index parent (k - 1) + i, minus 1 above the unused one
+            if digit > 0:
+                first, order = parent * (k - 1), range(digit)
+            else:
+                first, order = parent * (k - 1) - 1, range(k - 1, k - 1 + digit, -1)
+            masked = prune and (parent * k + k - 1) * size >= horizon
+            nodes = []
+            for i in order:
+                index = first + i
+                factor = 0.0 if masked and (parent * k + i) * size >= horizon else None
+                nodes.append((level, index // block_size, index % block_size, factor))
+            simple = simple and digit > 0 and len(nodes) == 1 and nodes[0][3] is None
+            groups.append((digit < 0, tuple(nodes)))
+            position = position + digit * size
+        if simple:
+            return True, tuple(nodes[0][:3] for _, nodes in groups)
+        return False, tuple(groups)
+
+    def _unit_noise_one_generic(self, step: int) -> float:
         k, low = self.arity, self.digit_low
         powers = self._cache.get("powers")
         if powers is None:
@@ -661,7 +819,96 @@ class SmoothBinary(TreeMechanism):
         """Noise of the nodes with compact indices first .. first+count-1 of `level`."""
         return self._draw(level, first, count)
 
-    def _unit_noise_one(self, step: int) -> float:
+    def _smooth_plan(self):
+        """(height, comb table [n][r] for r <= h/2, per level `_compact_terms`, prune) for
+        `_node_plan`, or False when a subclass changes how a node's noise is
+        read or indexed (cached)."""
+        plan = False
+        kind = type(self)
+        if (kind._node_noise is SmoothBinary._node_noise
+                and kind.compact_index is SmoothBinary.compact_index
+                and kind._balanced_one is SmoothBinary._balanced_one):
+            h = self.height
+            plan = (h, [[math.comb(n, r) for r in range(h // 2 + 1)] for n in range(h)],
+                    [self._compact_terms(level) for level in range(h)], self.prune)
+        self._cache["smooth_plan"] = plan
+        return plan
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`TreeMechanism._unit_noise_direct` for the smooth tree: `_node_plan`'s nodes read
+        and added as they are found."""
+        plan = self._cache.get("smooth_plan")
+        if plan is None:
+            plan = self._smooth_plan()
+        if plan is False:
+            return self._unit_noise_one_generic(step)
+        height, combs, terms, prune = plan
+        half = height // 2
+        ones, rank = half, step
+        bits = []
+        for bit in range(height - 1, -1, -1):  # `_balanced_one`, noting the set bits
+            if ones > 0:
+                below = combs[bit][ones]
+                if rank >= below:
+                    rank -= below
+                    ones -= 1
+                    bits.append(bit)
+        views = self._node_views()
+        stream = self.stream
+        kind, block_size = type(stream), DRAW_BLOCK
+        total = 0.0
+        for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
+            table = terms[level]
+            index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
+            for i in range(j):
+                index += table[bits[i] - level - 1][i]
+            block = index // block_size
+            view = views.get((kind, stream, level, block))
+            if view is None:
+                view = self._node_view(level, block)
+            value = view[index - block * block_size]
+            if prune:  # data free iff the bits of m below `level` are all ones
+                value = value * (0.0 if half - (j + 1) == level else 1.0)
+            total = total + value
+        return total
+
+    def _node_plan(self, step: int):
+        """`TreeMechanism._node_plan` for `_unit_noise_one_generic` below: per level whose bit of
+        m = balanced(step) is 1 (from the top), the left child of m's parent there, by compact
+        index (times 0.0 if pruned and data free); the balanced number, the compact indices
+        and the mask as `_balanced_one`, `compact_index` and the generic path compute them."""
+        plan = self._cache.get("smooth_plan")
+        if plan is None:
+            plan = self._smooth_plan()
+        if plan is False:
+            return False
+        height, combs, terms, prune = plan
+        half = height // 2
+        ones, rank = half, step
+        bits = []
+        for bit in range(height - 1, -1, -1):  # `_balanced_one`, noting the set bits
+            if ones > 0:
+                below = combs[bit][ones]
+                if rank >= below:
+                    rank -= below
+                    ones -= 1
+                    bits.append(bit)
+        block_size = DRAW_BLOCK
+        nodes, simple = [], True
+        for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
+            table = terms[level]
+            index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
+            for i in range(j):
+                index += table[bits[i] - level - 1][i]
+            # data free iff the bits of m below `level` are all ones
+            factor = 0.0 if prune and half - (j + 1) == level else None
+            simple = simple and factor is None
+            nodes.append((level, index // block_size, index % block_size, factor))
+        if simple:
+            return True, tuple(node[:3] for node in nodes)
+        return False, tuple((False, (node,)) for node in nodes)
+
+    def _unit_noise_one_generic(self, step: int) -> float:
         """Streaming: the additions of `_combine` for one step, in the same order (top level
         first; 0.0 for a level whose bit is 0; a pruned node's value times 0.0)."""
         m, half = self._balanced_one(step), self.height // 2

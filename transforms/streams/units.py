@@ -119,6 +119,16 @@ class CountProblem(Problem):
                                        self.bounds.max_keys_per_unit, "user")
 
     def parse(self, element):
+        if type(element) is tuple and not self.with_value and len(element) == 2:
+            # the common case first: plain int / non-empty str ids (what is_id accepts)
+            unit, key = element
+            kind, key_kind = type(unit), type(key)
+            if (kind is int or kind is str and unit) and (key_kind is int or
+                                                          key_kind is str and key):
+                return Parsed(unit, (key, 1.0)), None
+        return self._parse(element)
+
+    def _parse(self, element):
         size = 3 if self.with_value else 2
         shape = "(unit, key, value)" if self.with_value else "(unit, key)"
         if not isinstance(element, (tuple, list)) or len(element) != size:

@@ -1,0 +1,205 @@
+"""The job reader's Parquet path (`pipelines.io.read_parquet_batches`: Arrow tables ->
+EventBatches, vectorised checks) gives what the row path (`read_rows` | `ToElement`) gives:
+the same elements with the same event times, and the same dead letters (reason and record)
+for every row the checks refuse, whatever the column types."""
+from __future__ import annotations
+
+import collections
+import datetime
+import glob
+import json
+import os
+import random
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import config as job_config
+from pipelines import io
+from pipelines import run as job_run
+
+ORIGIN = datetime.datetime(2026, 1, 5, tzinfo=datetime.timezone.utc)
+HOUR_US = 3_600_000_000
+
+
+def job(tmp_path, transform, fields, timestamp_format="iso", types=None, bounds=None,
+        keys=("a", "b", "c")):
+    config = {
+        "job": "t", "transform": transform,
+        "input": {"path": str(tmp_path / "*.parquet"), "format": "parquet", "fields": fields,
+                  "timestamp_format": timestamp_format, **({"types": types} if types else {})},
+        "steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 6},
+        "privacy": {"epsilon": 1.0}, "bounds": bounds or {"max_contributions": 3},
+        "public_keys": list(keys), "output": {"path": str(tmp_path / "out"),
+                                               "formats": ["jsonl"]},
+        "secret": {"seed": 7, "insecure": True}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return job_config.load(str(path)), path
+
+
+def by_rows(job_spec, table):
+    """(Counter of (element, micros), sorted dead letters) of the row path."""
+    fn = io.ToElement(job_spec)
+    elements, dead = collections.Counter(), []
+    for row in table.to_pylist():
+        for out in fn.process(row):
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                dead.append(json.dumps(out.value, sort_keys=True))
+            else:
+                elements[repr((out.value, out.timestamp.micros))] += 1
+    return elements, sorted(dead)
+
+
+def by_batches(job_spec, table):
+    fn = io._TableToBatch(job_spec)
+    fn.setup()
+    elements, dead = collections.Counter(), []
+    for out in fn.process(table):
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            dead.append(json.dumps(out.value, sort_keys=True))
+            continue
+        for element, micros in zip(out.elements(), out.micros.tolist()):
+            elements[repr((element, micros))] += 1
+        for element, micros in out.extra:
+            elements[repr((element, micros))] += 1
+    return elements, sorted(dead)
+
+
+def times(rng, n, kind):
+    base = int(ORIGIN.timestamp() * 1e6)
+    micros = [base + rng.choice([rng.randrange(-HOUR_US, 7 * HOUR_US), 0, HOUR_US])
+              for _ in range(n)]
+    if kind == "timestamp_us":
+        return pa.array([None if rng.random() < 0.05 else m for m in micros],
+                        type=pa.timestamp("us", tz="UTC"))
+    if kind == "timestamp_ms_naive":
+        return pa.array([m // 1000 for m in micros], type=pa.timestamp("ms"))
+    if kind == "seconds_float":
+        return pa.array([rng.choice([m / 1e6, m / 1e6, float("nan"), float("inf"), 1e300])
+                         for m in micros])
+    if kind == "seconds_int":
+        return pa.array([m // 10 ** 6 for m in micros], type=pa.int64())
+    if kind == "iso_text":
+        return pa.array([datetime.datetime.fromtimestamp(m / 1e6, datetime.timezone.utc)
+                         .isoformat() if rng.random() < 0.9 else "not a time"
+                         for m in micros])
+    raise AssertionError(kind)
+
+
+def ids(rng, n, strings):
+    if strings:
+        return pa.array([rng.choice(["a", "b", "c", "d", "", None]) for _ in range(n)])
+    return pa.array([rng.choice([1, 2, 3, 2 ** 40, None]) for _ in range(n)], type=pa.int64())
+
+
+TIME_KINDS = ["timestamp_us", "timestamp_ms_naive", "seconds_float", "seconds_int",
+              "iso_text"]
+
+
+@pytest.mark.parametrize("time_kind", TIME_KINDS)
+@pytest.mark.parametrize("seed", range(4))
+def test_count_batches_equal_rows(tmp_path, time_kind, seed):
+    rng = random.Random(seed * 13 + len(time_kind))
+    n = rng.randrange(1, 250)
+    table = pa.table({"ts": times(rng, n, time_kind), "user": ids(rng, n, rng.random() < 0.5),
+                      "region": ids(rng, n, strings=True)})
+    fmt = "seconds" if time_kind.startswith("seconds") and rng.random() < 0.7 else "iso"
+    spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "region"},
+                  fmt)
+    assert by_batches(spec, table) == by_rows(spec, table)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sum_and_declared_types_batches_equal_rows(tmp_path, seed):
+    """Numeric roles (ints and floats, NaN, infinities, nulls, booleans), declared id types
+    and a missing column."""
+    rng = random.Random(seed)
+    n = 200
+    values = [rng.choice([1.5, 2, -1.0, float("nan"), float("inf"), None, 0.1]) for _ in
+              range(n)]
+    table = pa.table({"ts": times(rng, n, "timestamp_us"), "user": ids(rng, n, False),
+                      "region": ids(rng, n, True), "v": pa.array(values, type=pa.float64()),
+                      "vi": pa.array([rng.choice([1, 5, None]) for _ in range(n)]),
+                      "flag": pa.array([rng.random() < 0.5 for _ in range(n)])})
+    for value, types in (("v", None), ("vi", None), ("vi", {"value": "int"}),
+                         ("flag", None), ("missing", None)):
+        spec, _ = job(tmp_path, "sum", {"timestamp": "ts", "unit": "user", "key": "region",
+                                        "value": value},
+                      types=types, bounds={"max_value": 3.0, "max_contributions": 4})
+        assert by_batches(spec, table) == by_rows(spec, table), value
+    spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "region"},
+                  types={"unit": "str"})  # int users refused with the row path's reason
+    assert by_batches(spec, table) == by_rows(spec, table)
+
+
+def test_distinct_shape_batches_equal_rows(tmp_path):
+    rng = random.Random(3)
+    n = 150
+    table = pa.table({"ts": times(rng, n, "seconds_int"),
+                      "op": pa.array([rng.choice(["+", "-", "", None]) for _ in range(n)]),
+                      "item": ids(rng, n, False), "region": ids(rng, n, True)})
+    spec, _ = job(tmp_path, "count_distinct", {"timestamp": "ts", "op": "op", "item": "item",
+                                               "key": "region"},
+                  "seconds", bounds={"max_flips": 2})
+    assert by_batches(spec, table) == by_rows(spec, table)
+
+
+def _records(folder):
+    return sorted(line for f in glob.glob(os.path.join(folder, "t", "records-*.jsonl"))
+                  for line in open(f))
+
+
+def _dead(folder):
+    return sorted(json.dumps(json.loads(line), sort_keys=True) for f in glob.glob(
+        os.path.join(folder, "t-operator", "dead_letters-*")) for line in open(f))
+
+
+def _row_path(pipeline, job_spec):
+    """The reader before the batched path: one Beam element per row (`read_rows` |
+    `ToElement`)."""
+    rows, dead = io.read_rows(pipeline, job_spec)
+    elements = rows | "ToElements" >> beam.ParDo(io.ToElement(job_spec)).with_outputs(
+        io.DEAD_LETTER, main="elements")
+    return elements.elements, dead + [elements[io.DEAD_LETTER]]
+
+
+def test_parquet_job_gives_the_records_and_dead_letters_of_the_row_path(tmp_path,
+                                                                        monkeypatch):
+    """A whole job (pipelines.run) on a Parquet file with bad rows, read batched and read row
+    by row: the same records and the same dead letters."""
+    rng = random.Random(11)
+    n = 400
+    table = pa.table({"ts": times(rng, n, "timestamp_us"), "user": ids(rng, n, False),
+                      "region": ids(rng, n, True)})
+    (tmp_path / "p").mkdir()
+    pq.write_table(table, tmp_path / "p" / "part.parquet", row_group_size=128)
+    bounds = {"max_contributions": 3, "max_contributions_per_step": 2, "max_keys_per_unit": 2}
+    out = {}
+    for name in ("batched", "rows"):
+        (tmp_path / name).mkdir()
+        _, config = job(tmp_path / name, "count",
+                        {"timestamp": "ts", "unit": "user", "key": "region"}, bounds=bounds)
+        raw = yaml.safe_load(config.read_text())
+        raw["input"]["path"] = str(tmp_path / "p" / "*.parquet")
+        config.write_text(yaml.safe_dump(raw))
+        if name == "rows":
+            monkeypatch.setattr(io, "read_elements", _row_path)
+        assert job_run.main(["--config", str(config)]) == 0
+        out[name] = _records(raw["output"]["path"]), _dead(raw["output"]["path"])
+    assert len(out["rows"][0]) == 3 * 6 and out["rows"][1]
+    assert out["batched"] == out["rows"]
+
+
+def test_read_elements_gives_batches_for_parquet(tmp_path):
+    from transforms.arrow_input import is_batched
+    pq.write_table(pa.table({"ts": [1.0], "user": [1], "region": ["a"]}),
+                   tmp_path / "x.parquet")
+    spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "region"})
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
+        elements, dead = io.read_elements(p, spec)
+        assert is_batched(elements) and len(dead) == 2

@@ -1,0 +1,314 @@
+"""The streaming DoFns' fast paths (issue 14) give the reference results, bit for bit.
+
+`TruncateStreamingFn` and `ReleaseStreamingFn` are called directly with fake Beam state that
+encodes on every write and decodes on every read with the DoFns' own coders (as Beam's state
+does); the tree mechanisms' scalar step (`_unit_noise_one`, by cached node plans and block
+views) is checked against the vectorised `_unit_noise`.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import struct
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.transforms.userstate import BagStateSpec
+from apache_beam.utils.timestamp import Timestamp
+
+from transforms import ContinualCount, SecretRef, TimeSteps
+from transforms.mechanisms import ConstantNoiseSource, make
+from transforms.stages import (DEAD_LETTER, Delta, ReleaseStreamingFn, Seed, StepTotal,
+                               TruncateStreamingFn, ReleaseStateCoder, sorted_payloads)
+from transforms.streams import ContributionBounds, count_distinct
+from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem,
+                                      TriangleProblem, advance_unit, steps_to_run)
+
+ORIGIN, SIZE, HORIZON = 1_700_000_000.0, 60.0, 9
+STEPS = TimeSteps(ORIGIN, SIZE, HORIZON)
+
+
+class Value:
+    def __init__(self, coder):
+        self.coder, self.data = coder, None
+
+    def read(self):
+        return None if self.data is None else self.coder.decode(self.data)
+
+    def write(self, value):
+        self.data = self.coder.encode(value)
+
+    def clear(self):
+        self.data = None
+
+
+class Bag:
+    def __init__(self, coder):
+        self.coder, self.data = coder, []
+
+    def add(self, value):
+        self.data.append(self.coder.encode(value))
+
+    def read(self):
+        return [self.coder.decode(d) for d in self.data]
+
+    def clear(self):
+        self.data = []
+
+
+class Timer:
+    def __init__(self):
+        self.time = None
+
+    def set(self, when):
+        self.time = when
+
+    def clear(self):
+        self.time = None
+
+
+class Cells:
+    """One key's state cells and timer, bound to a DoFn method by its parameter defaults."""
+
+    def __init__(self):
+        self.cells, self.timer = {}, Timer()
+
+    def bind(self, method, **given):
+        kwargs = {}
+        for name, param in inspect.signature(method).parameters.items():
+            default = param.default
+            spec = getattr(default, "state_spec", None)
+            if spec is not None:
+                kind = Bag if isinstance(spec, BagStateSpec) else Value
+                kwargs[name] = self.cells.setdefault(spec.name, kind(spec.coder))
+            elif getattr(default, "timer_spec", None) is not None:
+                kwargs[name] = self.timer
+            elif default is beam.DoFn.KeyParam:
+                kwargs[name] = given["key"]
+        return kwargs
+
+
+def problems():
+    return {
+        "count": CountProblem(ContributionBounds(3, 2, 2)),
+        "count_many": CountProblem(ContributionBounds(50, 7, 5)),
+        "sum_fractional": CountProblem(ContributionBounds(5, 3, 2, max_value=2.5),
+                                       with_value=True),
+        "distinct": EntityProblem(count_distinct(3), max_keys_per_unit=2),
+        "degree": DegreeProblem(3),
+        "triangles": TriangleProblem(max_degree=3, max_contribution=4),
+    }
+
+
+def element(name, rng):
+    key = rng.choice(["a", "b", 3, ("g", 1)])
+    if name.startswith("count"):
+        return (rng.choice(["u", "v", 7]), key)
+    if name.startswith("sum"):
+        return (rng.choice(["u", "v"]), key,
+                rng.choice([0.1, 0.7, 1.0, 2.4999, 3.7, 1e-17, -1.0, 0.30000000000000004]))
+    if name == "distinct":
+        return (rng.choice("+-"), rng.choice(["i", "j"]), key)
+    a, b = rng.sample(range(5), 2)
+    return (rng.choice("++-"), (a, b))
+
+
+@pytest.mark.parametrize("name", sorted(problems()))
+@pytest.mark.parametrize("seed,count", [(0, 120), (1, 120), (2, 30), (3, 30), (4, 12)])
+def test_streaming_truncation_equals_advance_unit(name, seed, count):
+    """Events arrive out of order (some early, some late), step-end timers fire when the
+    watermark passes them; what each unit emits equals `advance_unit` over the events it
+    accepted, and a late event is a dead letter (few events: mostly one per flush)."""
+    rng = random.Random(seed)
+    problem = problems()[name]
+    fn = TruncateStreamingFn(problem, STEPS, name == "count")  # diagnostics: metrics too
+    fn.setup()
+    events = []
+    for _ in range(count):
+        parsed, _ = problem.parse(element(name, rng))
+        step = rng.randrange(HORIZON)
+        micros = int(round((ORIGIN + step * SIZE) * 1e6)) + rng.choice([0, 0, 7, 999])
+        events.append((parsed.unit, (step, micros, parsed.payload)))
+    arrivals = {}
+    for unit, event in events:
+        arrivals.setdefault(max(0, event[0] - rng.randrange(3) + (rng.random() < 0.15)),
+                            []).append((unit, event))
+    cells, accepted, emitted, late = {}, {}, {}, 0
+    for watermark in range(HORIZON + 1):
+        for unit, event in arrivals.get(watermark, []):
+            unit_cells = cells.setdefault(unit, Cells())
+            out = list(fn.process((unit, event), **unit_cells.bind(fn.process)) or [])
+            if out:
+                assert out[0].tag == DEAD_LETTER and "late" in out[0].value["reason"]
+                late += 1
+            else:
+                accepted.setdefault(unit, []).append(event)
+        limit = int(round(STEPS.end(min(watermark, HORIZON - 1)) * 1e6))
+        while True:
+            due = sorted((c.timer.time.micros, repr(u), u) for u, c in cells.items()
+                         if c.timer.time is not None and c.timer.time.micros <= limit)
+            if not due:
+                break
+            micros, _, unit = due[0]
+            unit_cells = cells[unit]
+            unit_cells.timer.clear()
+            for item in fn.flush(fire=Timestamp(micros=micros),
+                                 **unit_cells.bind(fn.flush, key=unit)):
+                emitted.setdefault(unit, []).append(item)
+    assert late > 0 or count < 100
+    for unit, unit_events in accepted.items():
+        by_step = sorted_payloads(unit_events)
+        reference = advance_unit(problem, unit, problem.init_state(), by_step,
+                                 steps_to_run(problem, by_step, 0, max(by_step) + 1))
+        expected = [(((key, step), Delta(value)), int(round(STEPS.end(step) * 1e6)) - 1)
+                    for key, step, value in reference.contributions]
+        if reference.halt is not None:
+            expected.append((((unit, reference.halt.step), Delta(halt=True)),
+                             int(round(STEPS.end(reference.halt.step) * 1e6)) - 1))
+        got = [(item.value, item.timestamp.micros) for item in emitted.get(unit, [])
+               if not isinstance(item, beam.pvalue.TaggedOutput)]
+        assert got == expected
+        for (_, delta), _ in got:  # the same floats, bit for bit
+            assert type(delta) is Delta
+        for ((_, ref), _), ((_, new), _) in zip(expected, got):
+            assert struct.pack("<d", ref.value) == struct.pack("<d", new.value)
+
+
+def test_release_state_coder_round_trips_exactly():
+    coder = ReleaseStateCoder()
+    sealed = bytes(range(33))
+    # one layout whatever the path: header, sealed bytes, (step, count, partials) per step
+    assert coder.encode((sealed, 5, None, {6: [1.5]})) == \
+        struct.pack("<IiiI", 5, -1, 33, 1) + sealed + struct.pack("<IId", 6, 1, 1.5)
+    assert coder.encode((sealed, 5, 2, {})) == struct.pack("<IiiI", 5, 2, 33, 0) + sealed
+    for value in [(None, 0, None, {}), (b"x" * 33, 5, None, {6: [1.0]}),
+                  (sealed, 3, 2, {}), (sealed, 3, None, {4: [1.0, 2.0]}),
+                  (sealed, 3, None, {4: [1.0], 5: [-0.0]}), (b"x" * 17, 1, None, {2: [3.0]}),
+                  (b"", 7, 3, {8: [0.1, 1e-17], 9: [-0.0], 12: [2.0 ** 60, -3.5, 1e-300]}),
+                  (b"s" * 4000, 2 ** 31 - 1, 0, {})]:
+        decoded = coder.decode(coder.encode(value))
+        assert decoded == value
+        for step, partials in value[3].items():
+            assert [struct.pack("<d", v) for v in decoded[3][step]] == \
+                   [struct.pack("<d", v) for v in partials]
+
+
+def _release_fn(mechanism="binary_tree"):
+    transform = ContinualCount(steps=STEPS, public_keys=["a", "b"], epsilon=1.0,
+                               mechanism=mechanism, secret=SecretRef(literal=b"perf"),
+                               release_id="0123456789abcdef0123456789abcdef")
+    fn = ReleaseStreamingFn(transform.config, transform.public_keys)
+    fn.setup()
+    return fn
+
+
+def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_letters():
+    fn = _release_fn()
+    a, b = Cells(), Cells()
+    for key, cells in (("a", a), ("b", b)):
+        assert not list(fn.process((key, Seed()), **cells.bind(fn.process)) or [])
+        assert not list(fn.process((key, StepTotal(0, 2.0)), **cells.bind(fn.process)) or [])
+        records = list(fn.release(**cells.bind(fn.release, key=key)))
+        assert [r.value["step"] for r in records] == [0]
+    late = list(fn.process(("a", StepTotal(0, 1.0)), **a.bind(fn.process)))
+    assert late[0].tag == DEAD_LETTER and "late: step 0 of key 'a'" in late[0].value["reason"]
+    assert not list(fn.process(("zz", StepTotal(1, 1.0)), **a.bind(fn.process)) or [])
+    # b's state under key a: refused (it would re-draw published noise)
+    swapped = Cells()
+    swapped.cells = b.cells
+    with pytest.raises(ValueError, match=r"`state` must be state of release"):
+        list(fn.release(**swapped.bind(fn.release, key="a")))
+
+
+def test_release_records_equal_the_vectorised_release():
+    """Streaming step by step (with pending totals of later steps and fractional-free counts)
+    gives the batch `advance` values for every step."""
+    fn = _release_fn("kary_subtraction")
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, HORIZON).astype(float)
+    cells = Cells()
+    list(fn.process(("a", Seed()), **cells.bind(fn.process)) or [])
+    values = []
+    for step in range(HORIZON):
+        for part in (x[step] - 1.0, 1.0):
+            list(fn.process(("a", StepTotal(step, float(part))), **cells.bind(fn.process))
+                 or [])
+        values.extend(r.value["value"] for r in fn.release(**cells.bind(fn.release, key="a")))
+    maker = fn.maker
+    expected, _ = maker.for_key("a").advance(maker.mechanism.init_state(), x)
+    assert values == [int(v) for v in expected]
+
+
+TREES = [("binary_tree", {}), ("kary_tree", {"k": 3}), ("kary_subtraction", {"k": 4}),
+         ("kary_subtraction", {"k": 5}), ("smooth_binary", {}),
+         ("smooth_binary", {"prune": True})]
+
+
+@pytest.mark.parametrize("name,params", TREES)
+def test_tree_scalar_noise_is_the_batch_noise_bit_for_bit(name, params):
+    """Node plans are cached per step and shared by streams: interleaved streams each get
+    their own batch noise; signed zeros of a constant -0.0 source are kept too."""
+    for horizon in (1, 5, 37, 300):
+        for source in (None, ConstantNoiseSource(-0.0), ConstantNoiseSource(-1.5)):
+            for noise in ("discrete", "float"):
+                extra = {"seed": horizon} if source is None else {"noise_source": source}
+                mechanism = make(name, horizon, epsilon=1.0, noise=noise, **params, **extra)
+                streams = [mechanism.for_stream(s) for s in ("a", 1, b"a")]
+                batch = [s._unit_noise(0, horizon) for s in streams]
+                for step in range(1, horizon + 1):
+                    for stream, reference in zip(streams, batch):
+                        got = stream._step_noise(step - 1)
+                        assert struct.pack("<d", got) == struct.pack("<d", reference[step - 1])
+                if source is None and horizon > 1:
+                    assert not np.array_equal(batch[0], batch[1])
+
+
+def test_tree_step_equals_advance_at_a_long_horizon():
+    mechanism = make("binary_tree", 1 << 20, epsilon=1.0, seed=4).for_stream("k")
+    state = mechanism.init_state()
+    start = (1 << 19) - 3
+    from transforms.mechanisms.base import CounterState
+    state = CounterState(start, 10.0)
+    x = [1.0, 0.0, 2.0, 5.0, 0.0, 1.0]
+    expected, _ = mechanism.advance(state, x)
+    got = []
+    for value in x:
+        out, state = mechanism.step(state, value)
+        got.append(out)
+    assert [struct.pack("<d", v) for v in got] == [struct.pack("<d", v) for v in expected]
+    assert math.isfinite(got[0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_count_step_equals_advance_unit_one_step_at_a_time(seed):
+    """`truncate_count_step` (the streaming flush's count machine, unrolled for one event)
+    over random steps of 0-3 payloads equals `advance_unit`, state and dropped counts too."""
+    from transforms.stages import count_bounds, truncate_count_step
+    rng = random.Random(seed)
+    for bounds, with_value in [(ContributionBounds(3, 2, 2), False),
+                               (ContributionBounds(4, None, 1), False),
+                               (ContributionBounds(5, 3, 2, max_value=2.5), True),
+                               (ContributionBounds(6, 1, 3, max_value=1.0), True)]:
+        problem = CountProblem(bounds, with_value=with_value)
+        by_step = {}
+        for step in range(HORIZON):
+            payloads = []
+            for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
+                key = rng.choice(["a", "b", 3, ("g", 1)])
+                value = rng.choice([1.0, 0.5, 2.4999, 3.7, -1.0, 1e-17]) if with_value else 1.0
+                payloads.append((key, value))
+            if payloads:
+                by_step[step] = payloads
+        reference = advance_unit(problem, "u", problem.init_state(), by_step,
+                                 steps_to_run(problem, by_step, 0, HORIZON))
+        keys, used, out, dropped = [], 0.0, [], {}
+        for step in sorted(by_step):
+            used = truncate_count_step(count_bounds(bounds), keys, used, step,
+                                        by_step[step], out, dropped)
+        assert out == reference.contributions
+        assert [struct.pack("<d", v) for _, _, v in out] == \
+               [struct.pack("<d", v) for _, _, v in reference.contributions]
+        assert (used, tuple(keys)) == (reference.state.used, reference.state.keys)
+        assert dropped == {k: v for k, v in reference.dropped.items() if v}
