@@ -179,7 +179,10 @@ class _TableToBatch(beam.DoFn):
                 values[role] = fast[1]
         extra = []
         if not ok.all():
-            for row in table.filter(pa.array(~ok)).to_pylist():
+            for row in _python_rows(table.filter(pa.array(~ok))):
+                if isinstance(row, beam.pvalue.TaggedOutput):
+                    yield row
+                    continue
                 for out in self.to_element.process(row):
                     if isinstance(out, beam.pvalue.TaggedOutput):
                         yield out
@@ -195,6 +198,27 @@ class _TableToBatch(beam.DoFn):
             columns, micros = {role: pa.array([]) for role in roles}, np.zeros(0, np.int64)
         if len(micros) or extra:
             yield EventBatch(self.spec.shape, columns, micros, extra)
+
+
+def _python_rows(table):
+    """The table's rows as dicts; a row Arrow cannot convert (a timestamp outside Python's
+    years 1-9999) is a dead letter holding its cells as text, never a crash."""
+    try:
+        rows = table.to_pylist()
+    except (ValueError, OverflowError, ArithmeticError):
+        rows = None
+    if rows is not None:
+        yield from rows
+        return
+    for index in range(table.num_rows):
+        row = table.slice(index, 1)
+        try:
+            yield row.to_pylist()[0]
+        except (ValueError, OverflowError, ArithmeticError) as failure:
+            cells = {name: str(row.column(name).cast("int64").to_pylist()[0])
+                     if str(row.column(name).type).startswith(("timestamp", "date"))
+                     else str(row.column(name).to_pylist()[0]) for name in row.column_names}
+            yield dead_letter(cells, f"unreadable Parquet row: {str(failure)[:200]}")
 
 
 def read_parquet_batches(pipeline, job: job_config.JobConfig):

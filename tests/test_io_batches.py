@@ -203,3 +203,21 @@ def test_read_elements_gives_batches_for_parquet(tmp_path):
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
         elements, dead = io.read_elements(p, spec)
         assert is_batched(elements) and len(dead) == 2
+
+
+def test_a_timestamp_python_cannot_hold_is_a_dead_letter_not_a_crash(tmp_path):
+    """A Parquet timestamp after the year 9999 (Arrow holds it, Python's datetime cannot): that
+    row is one dead letter with its cells as text; the table's other rows are kept."""
+    spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "key"})
+    base = int(ORIGIN.timestamp() * 1e6)
+    late = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z in microseconds
+    table = pa.table({"ts": pa.array([base, late, None], type=pa.timestamp("us", tz="UTC")),
+                      "user": pa.array([1, 2, 3]), "key": pa.array(["a", "a", "a"])})
+    with pytest.raises((ValueError, OverflowError)):
+        table.to_pylist()  # what crashed the job before
+    elements, dead = by_batches(spec, table)
+    assert sum(elements.values()) == 1
+    records = [json.loads(d) for d in dead]
+    unreadable = [r for r in records if r["reason"].startswith("unreadable Parquet row")]
+    assert len(unreadable) == 1 and str(late) in unreadable[0]["record"]
+    assert len(records) == 2  # the null time too, with the row path's reason
