@@ -256,7 +256,7 @@ class AssignBatchStepsFn(AssignStepsFn):
         if out is None:
             return
         if self.packed and type(out) is tuple:
-            self._pack(out[0], out[1])
+            yield from self._pack(out[0], out[1])
         else:
             yield out
 

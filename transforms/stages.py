@@ -196,15 +196,41 @@ def _empty(pipeline, label):
     return pipeline | label >> beam.Create([])
 
 
+class _PerUnitPacks:
+    """A DoFn's per-bundle packs: (unit, Event tuple) -> (unit, [Event tuples]) once per unit
+    and bundle (or per `MAX_EVENTS` buffered events): one shuffled element per unit and bundle,
+    not per event (the shuffle's per-element cost dominates the bounded path)."""
+
+    MAX_EVENTS = 500_000  # ~100 MB of buffered events at most
+
+    def _start_packs(self):
+        self._packs: Dict[Any, list] = {}
+        self._buffered = 0
+
+    def _pack(self, unit, event):
+        """Adds one event; yields the packs when `MAX_EVENTS` are buffered."""
+        found = self._packs.get(unit)
+        if found is None:
+            self._packs[unit] = [event]
+        else:
+            found.append(event)
+        self._buffered += 1
+        if self._buffered >= self.MAX_EVENTS:
+            yield from self._flush()
+
+    def _flush(self):
+        packs, self._packs, self._buffered = self._packs, {}, 0
+        for unit, events in packs.items():
+            yield WindowedValue((unit, events), _END_OF_GLOBAL, _GLOBAL)
+
+
 # ----- AssignSteps -----------------------------------------------------------------------------
 @beam.typehints.with_output_types(KEYED)
-class AssignStepsFn(beam.DoFn):
+class AssignStepsFn(_PerUnitPacks, beam.DoFn):
     """Timestamped element -> (unit, Event tuple), or with `packed` (bounded input) ->
     (unit, [Event tuples]) once per unit and bundle (or per `MAX_EVENTS` buffered events):
     step assignment and the per-unit packing before the shuffle in one DoFn, so an event
     crosses one Beam stage, and the shuffle moves one element per unit and bundle."""
-
-    MAX_EVENTS = 500_000  # ~100 MB of buffered events at most
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
                  diagnostics: bool = False, packed: bool = False):
@@ -213,8 +239,7 @@ class AssignStepsFn(beam.DoFn):
 
     def start_bundle(self):
         self._released = self._assigned = 0  # counted here, one Metrics.inc per bundle
-        self._packs: Dict[Any, list] = {}
-        self._buffered = 0
+        self._start_packs()
 
     def finish_bundle(self):
         # operator-only: how many events of already released steps a resumed run skipped,
@@ -227,11 +252,6 @@ class AssignStepsFn(beam.DoFn):
             self._released = self._assigned = 0
         yield from self._flush()
 
-    def _flush(self):
-        packs, self._packs, self._buffered = self._packs, {}, 0
-        for unit, events in packs.items():
-            yield WindowedValue((unit, events), _END_OF_GLOBAL, _GLOBAL)
-
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
         out = self._assign(element, timestamp.micros)
         if out is None:
@@ -239,23 +259,7 @@ class AssignStepsFn(beam.DoFn):
         if not self.packed or type(out) is not tuple:  # an event, or a dead letter
             yield out
             return
-        unit, event = out  # = self._pack(unit, event), inlined (once per event)
-        found = self._packs.get(unit)
-        if found is None:
-            self._packs[unit] = [event]
-        else:
-            found.append(event)
-        self._buffered += 1
-        if self._buffered >= self.MAX_EVENTS:
-            yield from self._flush()
-
-    def _pack(self, unit, event):
-        found = self._packs.get(unit)
-        if found is None:
-            self._packs[unit] = [event]
-        else:
-            found.append(event)
-        self._buffered += 1
+        yield from self._pack(*out)
 
     def _assign(self, element, micros: int):
         """The one per-element rule: a dead letter (TaggedOutput), None (skipped), or
@@ -563,35 +567,17 @@ _END_OF_GLOBAL = GLOBAL.max_timestamp()
 
 
 @beam.typehints.with_output_types(KEYED)
-class _PackPerUnitFn(beam.DoFn):
-    """(unit, Event tuple) -> (unit, [Event tuples]) once per unit and bundle (or per
-    `MAX_EVENTS` buffered events): one shuffled element per unit and bundle, not per event
-    (the shuffle's per-element cost dominates the bounded path)."""
-
-    MAX_EVENTS = 500_000  # ~100 MB of buffered events at most
+class _PackPerUnitFn(_PerUnitPacks, beam.DoFn):
+    """(unit, Event tuple) -> (unit, [Event tuples]) once per unit and bundle."""
 
     def start_bundle(self):
-        self._packs: Dict[Any, list] = {}
-        self._buffered = 0
+        self._start_packs()
 
     def process(self, element):
-        unit, event = element
-        found = self._packs.get(unit)
-        if found is None:
-            self._packs[unit] = [event]
-        else:
-            found.append(event)
-        self._buffered += 1
-        if self._buffered >= self.MAX_EVENTS:
-            yield from self._flush()
+        yield from self._pack(*element)
 
     def finish_bundle(self):
         yield from self._flush()
-
-    def _flush(self):
-        packs, self._packs, self._buffered = self._packs, {}, 0
-        for unit, events in packs.items():
-            yield WindowedValue((unit, events), _END_OF_GLOBAL, _GLOBAL)
 
 
 @beam.typehints.with_output_types(KEYED)
