@@ -834,15 +834,15 @@ class SmoothBinary(TreeMechanism):
         self._cache["smooth_plan"] = plan
         return plan
 
-    def _unit_noise_direct(self, step: int) -> float:
-        """`TreeMechanism._unit_noise_direct` for the smooth tree: `_node_plan`'s nodes read
-        and added as they are found."""
+    def _set_bits(self, step: int):
+        """(the smooth plan, height // 2, the levels whose bit of m = balanced(step) is 1,
+        from the top), as `_balanced_one` computes m; None without a plan."""
         plan = self._cache.get("smooth_plan")
         if plan is None:
             plan = self._smooth_plan()
         if plan is False:
-            return self._unit_noise_one_generic(step)
-        height, combs, terms, prune = plan
+            return None
+        height, combs = plan[0], plan[1]
         half = height // 2
         ones, rank = half, step
         bits = []
@@ -853,6 +853,15 @@ class SmoothBinary(TreeMechanism):
                     rank -= below
                     ones -= 1
                     bits.append(bit)
+        return plan, half, bits
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`TreeMechanism._unit_noise_direct` for the smooth tree: `_node_plan`'s nodes read
+        and added as they are found."""
+        found = self._set_bits(step)
+        if found is None:
+            return self._unit_noise_one_generic(step)
+        (height, combs, terms, prune), half, bits = found
         views = self._node_views()
         stream = self.stream
         kind, block_size = type(stream), DRAW_BLOCK
@@ -877,22 +886,10 @@ class SmoothBinary(TreeMechanism):
         m = balanced(step) is 1 (from the top), the left child of m's parent there, by compact
         index (times 0.0 if pruned and data free); the balanced number, the compact indices
         and the mask as `_balanced_one`, `compact_index` and the generic path compute them."""
-        plan = self._cache.get("smooth_plan")
-        if plan is None:
-            plan = self._smooth_plan()
-        if plan is False:
+        found = self._set_bits(step)
+        if found is None:
             return False
-        height, combs, terms, prune = plan
-        half = height // 2
-        ones, rank = half, step
-        bits = []
-        for bit in range(height - 1, -1, -1):  # `_balanced_one`, noting the set bits
-            if ones > 0:
-                below = combs[bit][ones]
-                if rank >= below:
-                    rank -= below
-                    ones -= 1
-                    bits.append(bit)
+        (height, combs, terms, prune), half, bits = found
         block_size = DRAW_BLOCK
         nodes, simple = [], True
         for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
