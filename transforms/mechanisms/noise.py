@@ -97,7 +97,7 @@ class KeyedNoiseSource(NoiseSource):
 
     BLOCK = 1024  # nodes per hash call; even, so Box-Muller pairs never straddle blocks
 
-    def __init__(self, secret: Union[bytes, str], cache_blocks: int = 512, *,
+    def __init__(self, secret: Union[bytes, str], cache_blocks: int = 4096, *,
                  release: bytes = b""):
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
