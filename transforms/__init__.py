@@ -9,7 +9,7 @@ _BEAM_EXPORTS = {
     **{spec.class_name: "transforms.continual" for spec in _SPECS.values()},
     "TimeSteps": "transforms.steps", "SecretRef": "transforms.secret",
     "WriteRecordsToParquet": "transforms.sinks", "WriteRecordsToJsonLines": "transforms.sinks",
-    "WriteRecordsToCsv": "transforms.sinks",
+    "WriteRecordsToCsv": "transforms.sinks", "ArrowEvents": "transforms.arrow_input",
 }
 
 
