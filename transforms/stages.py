@@ -382,46 +382,13 @@ def truncate_counts(problem: CountProblem, state: UnitState, by_step: Dict[int, 
     `ContributionBounds.step` and `CountProblem.advance` in the same order (so bit for bit the
     same floats), without the per-step objects; a step's payloads may come in any order (the
     machine sorts them canonically)."""
-    bounds = problem.bounds
+    limits = count_bounds(problem.bounds)
     keys, used = list(state.keys), state.used
-    per_step, total, most = bounds.per_step, bounds.max_contributions, bounds.max_value
-    max_keys = bounds.max_keys_per_unit
     out_all: List[Tuple[Any, int, float]] = []
     dropped = collections.Counter()
     for step in steps:
-        events = by_step.get(step, ())
-        if len(keys) < max_keys:  # first come (by step), ties in canonical key order
-            seen = {key for key, _ in events}
-            for key in (seen if len(seen) == 1 else sorted(seen, key=canonical)):
-                if key not in keys and len(keys) < max_keys:
-                    keys.append(key)
-        if total - used <= 0:  # no room left: every event of the step is dropped
-            for key, _ in events:
-                dropped[HORIZON_CAP if key in keys else KEY_CAP] += 1
-            continue
-        out: Dict[Any, float] = {}
-        step_used = 0.0
-        for key, value in (events if len(events) == 1 else sorted(events, key=_event_order)):
-            if key not in keys:
-                dropped[KEY_CAP] += 1
-                continue
-            amount = value if most is None else min(max(value, 0.0), most)
-            step_room, horizon_room = per_step - step_used, total - used
-            room = min(step_room, horizon_room)
-            take = min(amount, room) if most is not None else (
-                amount if amount <= room else 0.0)
-            if take <= 0:
-                dropped[HORIZON_CAP if horizon_room <= step_room else STEP_CAP] += 1
-                continue
-            out[key] = out.get(key, 0.0) + take
-            step_used += take
-            used += take
-        if len(out) == 1:
-            for key, value in out.items():
-                out_all.append((key, step, value))
-        else:
-            out_all.extend((key, step, value) for key, value in sorted(out.items(),
-                                                                      key=_key_order))
+        used = truncate_count_step(limits, keys, used, step, by_step.get(step, ()), out_all,
+                                   dropped)
     return out_all, UnitState(used, tuple(keys)), dropped
 
 
@@ -642,8 +609,9 @@ def count_bounds(bounds) -> Tuple[float, int, Optional[float], int]:
 
 def truncate_count_step(bounds: tuple, keys: list, used: float, step: int, events: Sequence,
                          out_all: list, dropped: Optional[dict]) -> float:
-    """One step of `truncate_counts` (the same operations in the same order, so bit for bit
-    the same floats), for the streaming flush: appends the step's contributions (key, step,
+    """One step of `truncate_counts` (the same operations as `ContributionBounds.step` and
+    `CountProblem.advance` in the same order, so bit for bit the same floats), shared by the
+    bounded pass and the streaming flush: appends the step's contributions (key, step,
     value) to `out_all`, admits keys into `keys` (in place), counts dropped events by bound
     into `dropped` (if not None) and returns the new `used`. `bounds` is `count_bounds`.
     tests/test_streaming_perf_paths.py checks the flush against `advance_unit`."""
