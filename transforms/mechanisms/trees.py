@@ -321,20 +321,29 @@ class TreeMechanism(ContinualMechanism):
             total = total + (-picked if negative else picked)
         return total
 
-    def _unit_noise_direct(self, step: int) -> float:
-        """`_unit_noise_one` without a plan: `_node_plan`'s nodes read and added as they are
-        found (a step only one stream asks for)."""
+    def _plan_digits(self, step: int):
+        """(the k-ary plan, the balanced digits of `step`'s prefix leaves, lowest level
+        first); None without a plan."""
         plan = self._cache.get("one_plan")
         if plan is None:
             plan = self._one_plan()
         if plan is False:
-            return self._unit_noise_one_generic(step)
-        k, low, height, powers, unused, prune, horizon = plan
+            return None
+        k, low, height = plan[0], plan[1], plan[2]
         rest, digits = self._prefix_leaves_one(step), []
         for _ in range(height):
             digit = (rest - low) % k + low
             rest = (rest - digit) // k
             digits.append(digit)
+        return plan, digits
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`_unit_noise_one` without a plan: `_node_plan`'s nodes read and added as they are
+        found (a step only one stream asks for)."""
+        found = self._plan_digits(step)
+        if found is None:
+            return self._unit_noise_one_generic(step)
+        (k, low, height, powers, unused, prune, horizon), digits = found
         views = self._node_views()
         stream = self.stream
         kind, block_size = type(stream), DRAW_BLOCK
@@ -376,17 +385,10 @@ class TreeMechanism(ContinualMechanism):
         level whose digit is 0 is left out: total + 0.0 == total, as the total starts at +0.0
         and is never -0.0 (a sum is -0.0 only when both terms are). False: no plan (the
         generic path)."""
-        plan = self._cache.get("one_plan")
-        if plan is None:
-            plan = self._one_plan()
-        if plan is False:
+        found = self._plan_digits(step)
+        if found is None:
             return False
-        k, low, height, powers, unused, prune, horizon = plan
-        rest, digits = self._prefix_leaves_one(step), []
-        for _ in range(height):
-            digit = (rest - low) % k + low
-            rest = (rest - digit) // k
-            digits.append(digit)
+        (k, low, height, powers, unused, prune, horizon), digits = found
         block_size = DRAW_BLOCK
         groups, simple, position = [], True, 0
         for level in range(height - 1, -1, -1):
