@@ -312,3 +312,21 @@ def test_count_step_equals_advance_unit_one_step_at_a_time(seed):
                [struct.pack("<d", v) for _, _, v in reference.contributions]
         assert (used, tuple(keys)) == (reference.state.used, reference.state.keys)
         assert dropped == {k: v for k, v in reference.dropped.items() if v}
+
+
+def test_a_release_timer_without_its_state_fails_closed():
+    """A timer that outlives its key's state (lost, or an `--update` across state layouts)
+    would release step 0 again with the same noise: the difference of the two records would be
+    the exact total. It raises instead."""
+    transform = ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0,
+                               mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16),
+                               release_id="0123456789abcdef0123456789abcdef")
+    fn = ReleaseStreamingFn(transform.config, transform.public_keys)
+    fn.setup()
+    cells = Cells()
+    list(fn.process(("a", Seed()), **cells.bind(fn.process)) or [])
+    list(fn.process(("a", StepTotal(0, 37.0)), **cells.bind(fn.process)) or [])
+    assert [r.value["step"] for r in fn.release(**cells.bind(fn.release, key="a"))] == [0]
+    cells.cells["release_state"].clear()
+    with pytest.raises(RuntimeError, match="without its sealed state"):
+        list(fn.release(**cells.bind(fn.release, key="a")))

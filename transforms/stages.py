@@ -1197,13 +1197,14 @@ class ReleaseStreamingFn(beam.DoFn):
     def release(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         current = state.read()
-        if current is None:
-            sealed, released, stop, pending = None, 0, None, {}  # nothing yet
-        else:
-            sealed, released, stop, pending = current
+        sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
+        if sealed is None:  # the timer is set only after the seed sealed a state: state lost
+            raise RuntimeError(f"key {key_text(key)!r}: a release timer without its sealed "
+                               f"state (state lost, or a job updated from another state "
+                               f"layout); releasing again from step 0 would repeat its noise "
+                               f"on other data")
         maker = self.maker
-        key_state = maker.mechanism.init_state() if sealed is None else \
-            maker.restore(key, sealed)
+        key_state = maker.restore(key, sealed)
         step = key_state.steps
         if step != released:
             raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step {step}, "
