@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from transforms.mechanisms.noise import (ConstantNoiseSource, KeyedNoiseSource, make_noise_source,
+                                         prefix_length,
                                          stream_bytes)
 
 
@@ -85,6 +86,32 @@ def _seam_draw(source, law, start, count, level=5):
         parameter = 3.5 if law == discrete.DISCRETE_LAPLACE else 20.0
         return source.discrete_noise(discrete.sampler(law, parameter), "s", level, start, count)
     return source.unit_noise(law, "s", level, start, count)
+
+
+@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+def test_a_block_read_in_growing_prefixes_equals_the_whole_block(law):
+    """A read of a block's first nodes derives only a prefix of it (`prefix_length`: 64, 128,
+    ... nodes, the whole block beyond half of it), and a read needing more derives it again,
+    longer; every node is the same bits as in the whole block."""
+    whole = _seam_draw(KeyedNoiseSource(b"seam-golden", release=b"r"), law, 2048, 1024)
+    source = KeyedNoiseSource(b"seam-golden", release=b"r")
+    derived = []
+    for need in (1, 7, 64, 65, 130, 300, 513, 1024):
+        got = _seam_draw(source, law, 2048, need)
+        assert np.array_equal(got.view(np.uint64), whole[:need].view(np.uint64)), need
+        derived.append(next(iter(source._cache.values())).shape[0])
+    assert derived == [64, 64, 64, 128, 256, 512, 1024, 1024]
+    # a read in the middle of a block derives up to its end
+    middle = KeyedNoiseSource(b"seam-golden", release=b"r")
+    assert np.array_equal(_seam_draw(middle, law, 2048 + 100, 20).view(np.uint64),
+                          whole[100:120].view(np.uint64))
+    assert next(iter(middle._cache.values())).shape[0] == 128
+
+
+@pytest.mark.parametrize("need,length", [(1, 64), (64, 64), (65, 128), (256, 256),
+                                         (257, 512), (512, 512), (513, 1024), (1024, 1024)])
+def test_prefix_length(need, length):
+    assert prefix_length(need, 1024) == length
 
 
 @pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))

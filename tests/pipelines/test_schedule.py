@@ -195,14 +195,15 @@ def test_marker_is_create_if_absent(tmp_path):
 @pytest.mark.parametrize("name", sorted({n for n in os.listdir(os.path.join(ROOT, "configs"))
                                           if n.endswith(".yaml")} - {"cart_items.yaml"}))  # five runs: tested above
 def test_every_bundled_config_resumes_to_one_continuous_run(tmp_path, name):
-    """Three scheduled runs (checkpoint states of every problem through the JSON codec) equal
-    one pipelines.run with the same insecure seed: both drive the same stages."""
+    """Two scheduled runs (checkpoint states of every problem written, then read back through
+    the JSON codec and written again) equal one pipelines.run with the same insecure seed:
+    both drive the same stages. Longer chains of runs: the cart_items tests above."""
     config = write_config(tmp_path, name)
     state = str(tmp_path / "state")
-    for hours in (5, 9, 30):
+    for hours in (5, 30):
         summary = schedule.run_once(config, state, ORIGIN + hours * HOUR)
     assert summary["released_after"] == 12
-    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [5, 9, 12]
+    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [5, 12]
     assert records_of(summary["records"]) == continuous(tmp_path, config)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from transforms import validation as check
 from . import sensitivity as sensitivity_seam
 from . import discrete, tails
-from .noise import NoiseSource, StreamKey, stream_bytes
+from .noise import NoiseSource, StreamKey, prefix_length, stream_bytes
 from .privacy import GAUSSIAN, PrivacyBudget
 
 NOISE_KINDS = ("discrete", "float")
@@ -221,20 +221,23 @@ class ContinualMechanism(abc.ABC):
         floats (scaled by node_scale after combining).
 
         Small reads inside one aligned block of DRAW_BLOCK nodes (every streaming step) are
-        served from a bounded per-mechanism cache of whole blocks, read once through the same
-        noise source call as any other read: a node's noise depends only on its (stream, level,
-        index), so the values are the same, without the source's generic per-call path."""
+        served from a bounded per-mechanism cache of blocks, read once through the same noise
+        source call as any other read: a node's noise depends only on its (stream, level,
+        index), so the values are the same, without the source's generic per-call path. A read
+        of a block's first nodes (a short horizon's upper levels) derives only a prefix of the
+        block (`noise.prefix_length`), the same values."""
         if 0 < count <= DRAW_BLOCK and start >= 0:
             block = start // DRAW_BLOCK
             offset = start - block * DRAW_BLOCK
-            if offset + count <= DRAW_BLOCK:
+            end = offset + count
+            if end <= DRAW_BLOCK:
                 cache = self._cache.get("draw_blocks")
                 if cache is not None and cache[0] is self.noise_source:  # inlined cache hit
                     stream = self.stream
                     values = cache[1].get((type(stream), stream, level, block))
-                    if values is not None:
-                        return values[offset:offset + count]
-                return self._draw_block(level, block)[offset:offset + count]
+                    if values is not None and values.shape[0] >= end:
+                        return values[offset:end]
+                return self._draw_block(level, block, end)[offset:end]
         return self._draw_nodes(level, start, count)
 
     def _draw_one(self, level: int, index: int) -> float:
@@ -244,14 +247,16 @@ class ContinualMechanism(abc.ABC):
         if cache is not None and cache[0] is self.noise_source:  # the cached block, inlined
             stream = self.stream
             values = cache[1].get((type(stream), stream, level, block))
-            if values is not None:
+            if values is not None and index - block * DRAW_BLOCK < values.shape[0]:
                 return values.item(index - block * DRAW_BLOCK)
         if index < 0:
             return float(self._draw_nodes(level, index, 1)[0])  # the source refuses it
         return self._draw_block(level, block).item(index - block * DRAW_BLOCK)
 
-    def _draw_block(self, level: int, block: int) -> np.ndarray:
-        """Nodes [block, block + 1) x DRAW_BLOCK of `level` in this stream, cached."""
+    def _draw_block(self, level: int, block: int, need: int = DRAW_BLOCK) -> np.ndarray:
+        """Nodes [block, block + 1) x DRAW_BLOCK of `level` in this stream, cached: all of
+        them, or at least the first `need` (`noise.prefix_length` of them; a cached prefix
+        too short for a read is derived again, longer)."""
         cache = self._cache.get("draw_blocks")
         if cache is None or cache[0] is not self.noise_source:
             # keyed by the source object: a mechanism given another source starts over
@@ -260,11 +265,11 @@ class ContinualMechanism(abc.ABC):
         stream = self.stream
         key = (type(stream), stream, level, block)
         values = blocks.get(key)
-        if values is None:
-            values = self._draw_nodes(level, block * DRAW_BLOCK, DRAW_BLOCK)
-            if len(blocks) >= _DRAW_CACHE_BLOCKS:
+        if values is None or values.shape[0] < need:
+            if values is None and len(blocks) >= _DRAW_CACHE_BLOCKS:
                 del blocks[next(iter(blocks))]  # oldest first
-            blocks[key] = values
+            values = blocks[key] = self._draw_nodes(level, block * DRAW_BLOCK,
+                                                    prefix_length(need, DRAW_BLOCK))
         return values
 
     def _node_views(self) -> dict:

@@ -72,6 +72,19 @@ def standard_gaussian_from_uniform(u: np.ndarray) -> np.ndarray:
     return out
 
 
+def prefix_length(need: int, block: int) -> int:
+    """How many leading nodes of a block to derive when a read needs its first `need`: the
+    next power of two >= need, at least 64, the whole block beyond half of it. Every node's
+    value depends only on its own words and bits (the samplers work element by element, the
+    Gaussian on (even, odd) pairs, which a power of two >= 64 never splits), so a block's first
+    nodes are the same values whether the rest of it is derived or not; a later read that
+    needs more derives the block again, longer (at most five times per block)."""
+    need = int(need)
+    if need > block // 2:
+        return block
+    return max(64, 1 << (need - 1).bit_length())
+
+
 def _length_prefixed(*fields: bytes) -> bytes:
     return b"".join(struct.pack("<I", len(f)) + f for f in fields)
 
@@ -113,10 +126,12 @@ class KeyedNoiseSource(NoiseSource):
         raise TypeError("KeyedNoiseSource holds a secret and is not serialised; build it on the "
                         "worker from the secret instead")
 
-    def _raw_block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
+    def _raw_block(self, distribution, stream: bytes, level: int, block: int,
+                   length: int) -> np.ndarray:
+        """The first `length` nodes of block `block` (`prefix_length`)."""
         if isinstance(distribution, DiscreteSampler):
-            return self._discrete_blocks(distribution, stream, level, block, 1)
-        return self._float_blocks(distribution, stream, level, block, 1)
+            return self._discrete_blocks(distribution, stream, level, block, 1, length)
+        return self._float_blocks(distribution, stream, level, block, 1, length)
 
     def _digests(self, prefix: bytes, level: int, first: int, blocks: int, size: int) -> bytes:
         """SHAKE-128(key, prefix, level, b) read to `size` bytes, for b = first ..
@@ -133,28 +148,43 @@ class KeyedNoiseSource(NoiseSource):
         return parts[0] if blocks == 1 else b"".join(parts)
 
     def _float_blocks(self, distribution, stream: bytes, level: int, first: int,
-                      blocks: int) -> np.ndarray:
+                      blocks: int, length: Optional[int] = None) -> np.ndarray:
         """Nodes of `blocks` consecutive blocks from `first`. Block b is
         SHAKE-128(key, tag, stream, level, b) read to BLOCK words, converted element-wise
         (Laplace) or in (even, odd) pairs that never straddle blocks (Gaussian), so converting
-        many blocks in one pass gives each node the same value as block by block."""
+        many blocks in one pass gives each node the same value as block by block. With
+        `length` (one block, an even count): its first `length` nodes, from the first
+        `length` words of the same output (SHAKE's shorter reads are prefixes of its longer
+        ones)."""
+        words = self.BLOCK
+        if length is not None:
+            if blocks != 1 or length % 2 or not 0 < length <= self.BLOCK:
+                check.fail("length", "an even node count of one block", length)
+            words = length
         raw = self._digests(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream))
-                            + stream, level, first, blocks, 8 * self.BLOCK)
+                            + stream, level, first, blocks, 8 * words)
         if distribution == LAPLACE:
             return standard_laplace_from_words(np.frombuffer(raw, dtype="<u8"))
         return standard_gaussian_from_uniform(_uniform_open(raw))
 
-    def _block(self, distribution, stream: bytes, level: int, block: int) -> np.ndarray:
+    def _block(self, distribution, stream: bytes, level: int, block: int,
+               need: int = BLOCK) -> np.ndarray:
+        """At least the first `need` nodes of a block (all of it by default), cached."""
         key = (distribution if isinstance(distribution, str) else distribution.tag, stream,
                level, block)
-        cached = self._cache.get(key)
-        if cached is None:
-            cached = self._raw_block(distribution, stream, level, block)
-            self._cache[key] = cached
-            if len(self._cache) > self._cache_blocks:
-                self._cache.popitem(last=False)
+        cache = self._cache
+        cached = cache.get(key)
+        if cached is None or cached.shape[0] < need:
+            grown = cached is not None
+            cached = self._raw_block(distribution, stream, level, block,
+                                     prefix_length(need, self.BLOCK))
+            cache[key] = cached
+            if grown:
+                cache.move_to_end(key)
+            elif len(cache) > self._cache_blocks:
+                cache.popitem(last=False)
         else:
-            self._cache.move_to_end(key)
+            cache.move_to_end(key)
         return cached
 
     def unit_noise(self, distribution, stream, level, start, count):
@@ -174,9 +204,13 @@ class KeyedNoiseSource(NoiseSource):
         key = stream_bytes(stream)
         first, last = start // self.BLOCK, (start + count - 1) // self.BLOCK
         offset = start - first * self.BLOCK
-        if last - first < 4:
-            blocks = [self._block(distribution, key, level, b) for b in range(first, last + 1)]
-            joined = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        if last - first < 4:  # whole blocks, and of the last one the nodes up to the read's end
+            tail = self._block(distribution, key, level, last, start + count - last * self.BLOCK)
+            if last == first:
+                joined = tail
+            else:
+                joined = np.concatenate([self._block(distribution, key, level, b)
+                                         for b in range(first, last)] + [tail])
         elif isinstance(distribution, DiscreteSampler):  # batch: one vectorised pass, no cache
             joined = self._discrete_blocks(distribution, key, level, first, last + 1 - first)
         else:
@@ -184,17 +218,24 @@ class KeyedNoiseSource(NoiseSource):
         return joined[offset:offset + count]
 
     def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
-                         first: int, blocks: int) -> np.ndarray:
+                         first: int, blocks: int, length: Optional[int] = None) -> np.ndarray:
         """Nodes of `blocks` consecutive blocks from `first`. Block b is
         SHAKE-128(key, "D", sampler, stream, level, b): BLOCK words (the top 64 bits of each
         node's uniform), then BLOCK sign bits; node i's own stream ("T", its index) gives the
-        rarely needed low bits and exact tail."""
-        n = self.BLOCK
+        rarely needed low bits and exact tail. With `length` (one block, a multiple of 8): its
+        first `length` nodes, from the same words and sign bits (the whole output is still
+        read: the sign bits follow the words), sampled element by element as in the whole
+        block."""
+        n = m = self.BLOCK
+        if length is not None:
+            if blocks != 1 or length % 8 or not 0 < length <= n:
+                check.fail("length", "a node count of one block, a multiple of 8", length)
+            m = length
         raw = np.frombuffer(self._digests(b"D" + _length_prefixed(sampler.tag, stream), level,
                                           first, blocks, 8 * n + n // 8),
                             dtype=np.uint8).reshape(blocks, 8 * n + n // 8)
-        top = raw[:, :8 * n].copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
-        negative = np.unpackbits(raw[:, 8 * n:], axis=1,  # per block n words, n sign bits
+        top = raw[:, :8 * m].copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
+        negative = np.unpackbits(raw[:, 8 * n:8 * n + m // 8], axis=1,  # n words, n sign bits
                                  bitorder="little").reshape(-1).view(bool)
 
         def node_bits(i: int) -> BitStream:  # the node's own stream (rarely used)
