@@ -251,7 +251,8 @@ class ContinualMechanism(abc.ABC):
                 return values.item(index - block * DRAW_BLOCK)
         if index < 0:
             return float(self._draw_nodes(level, index, 1)[0])  # the source refuses it
-        return self._draw_block(level, block).item(index - block * DRAW_BLOCK)
+        at = index - block * DRAW_BLOCK
+        return self._draw_block(level, block, at + 1).item(at)
 
     def _draw_block(self, level: int, block: int, need: int = DRAW_BLOCK) -> np.ndarray:
         """Nodes [block, block + 1) x DRAW_BLOCK of `level` in this stream, cached: all of
@@ -283,20 +284,24 @@ class ContinualMechanism(abc.ABC):
             views = self._cache["draw_views"] = (self.noise_source, {})
         return views[1]
 
-    def _node_view(self, level: int, block: int):
-        """Block `block` of `level` in this stream as `_node_views` holds it (bounded like the
-        block cache: at most _DRAW_CACHE_BLOCKS views, oldest first out)."""
+    def _node_view(self, level: int, block: int, need: int = DRAW_BLOCK):
+        """Block `block` of `level` in this stream as `_node_views` holds it, at least its
+        first `need` nodes (`_draw_block`: a stream's first steps derive only the prefixes of
+        blocks they read, and its later steps derive them again, longer; callers check the
+        view's length). Bounded like the block cache: at most _DRAW_CACHE_BLOCKS views, oldest
+        first out."""
         views = self._node_views()
-        values = self._draw_block(level, block)
+        values = self._draw_block(level, block, need)
         if (type(values) is np.ndarray and values.dtype == np.float64 and values.ndim == 1
                 and values.flags.c_contiguous):
             view = memoryview(values)
         else:
             view = np.asarray(values).tolist()
-        if len(views) >= _DRAW_CACHE_BLOCKS:
-            del views[next(iter(views))]
         stream = self.stream
-        views[(type(stream), stream, level, block)] = view
+        key = (type(stream), stream, level, block)
+        if key not in views and len(views) >= _DRAW_CACHE_BLOCKS:
+            del views[next(iter(views))]
+        views[key] = view
         return view
 
     def _draw_nodes(self, level: int, start: int, count: int) -> np.ndarray:

@@ -304,16 +304,16 @@ class TreeMechanism(ContinualMechanism):
         if plan[0]:  # one node per used level, added as it is
             for level, block, offset in plan[1]:
                 view = views.get((kind, stream, level, block))
-                if view is None:
-                    view = self._node_view(level, block)
+                if view is None or len(view) <= offset:  # not derived (this far) yet
+                    view = self._node_view(level, block, offset + 1)
                 total = total + view[offset]
             return total
         for negative, nodes in plan[1]:
             picked = None
             for level, block, offset, factor in nodes:
                 view = views.get((kind, stream, level, block))
-                if view is None:
-                    view = self._node_view(level, block)
+                if view is None or len(view) <= offset:
+                    view = self._node_view(level, block, offset + 1)
                 value = view[offset]
                 if factor is not None:
                     value = value * factor
@@ -365,10 +365,11 @@ class TreeMechanism(ContinualMechanism):
             for i in order:
                 index = first + i
                 block = index // block_size
+                at = index - block * block_size
                 view = views.get((kind, stream, level, block))
-                if view is None:
-                    view = self._node_view(level, block)
-                value = view[index - block * block_size]
+                if view is None or len(view) <= at:
+                    view = self._node_view(level, block, at + 1)
+                value = view[at]
                 if masked and (parent * k + i) * size >= horizon:
                     value = value * 0.0
                 picked = value if picked is None else picked + value
@@ -874,10 +875,11 @@ class SmoothBinary(TreeMechanism):
             for i in range(j):
                 index += table[bits[i] - level - 1][i]
             block = index // block_size
+            at = index - block * block_size
             view = views.get((kind, stream, level, block))
-            if view is None:
-                view = self._node_view(level, block)
-            value = view[index - block * block_size]
+            if view is None or len(view) <= at:
+                view = self._node_view(level, block, at + 1)
+            value = view[at]
             if prune:  # data free iff the bits of m below `level` are all ones
                 value = value * (0.0 if half - (j + 1) == level else 1.0)
             total = total + value
