@@ -115,6 +115,19 @@ def test_prefix_length(need, length):
 
 
 @pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+def test_a_source_with_blocks_smaller_than_a_prefix_reads_whole_blocks(law):
+    """A block of 32 nodes is never cut below 64 nodes (found by an attack: the source
+    refused its first short read)."""
+    class Small(KeyedNoiseSource):
+        BLOCK = 32
+
+    assert prefix_length(5, 32) == 32
+    whole = _seam_draw(Small(b"seam-golden", release=b"r"), law, 64, 64)  # two whole blocks
+    assert np.array_equal(_seam_draw(Small(b"seam-golden", release=b"r"), law, 64, 5)
+                          .view(np.uint64), whole[:5].view(np.uint64))
+
+
+@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
 def test_many_block_derivation_is_unchanged_and_equals_block_by_block(law):
     import hashlib
     source = KeyedNoiseSource(b"seam-golden", release=b"r")

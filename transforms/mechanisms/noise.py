@@ -74,7 +74,8 @@ def standard_gaussian_from_uniform(u: np.ndarray) -> np.ndarray:
 
 def prefix_length(need: int, block: int) -> int:
     """How many leading nodes of a block to derive when a read needs its first `need`: the
-    next power of two >= need, at least 64, the whole block beyond half of it. Every node's
+    next power of two >= need, at least 64 (or the whole of a smaller block), the whole block
+    beyond half of it. Every node's
     value depends only on its own words and bits (the samplers work element by element, the
     Gaussian on (even, odd) pairs, which a power of two >= 64 never splits), so a block's first
     nodes are the same values whether the rest of it is derived or not; a later read that
@@ -82,7 +83,7 @@ def prefix_length(need: int, block: int) -> int:
     need = int(need)
     if need > block // 2:
         return block
-    return max(64, 1 << (need - 1).bit_length())
+    return min(block, max(64, 1 << (need - 1).bit_length()))
 
 
 def _length_prefixed(*fields: bytes) -> bytes:
