@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 from typing import Dict, List
 
 import numpy as np
@@ -188,4 +187,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipelines import logs
+    logs.exit_now(main())

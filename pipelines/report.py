@@ -228,4 +228,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipelines import logs
+    logs.exit_now(main())

@@ -286,4 +286,4 @@ def describe(summary: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    logs.exit_now(main())

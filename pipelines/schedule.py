@@ -260,4 +260,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    logs.exit_now(main())

@@ -222,3 +222,15 @@ def test_the_plan_command_a_run_names_recommends_what_auto_chose(name, changes, 
     assert (recommended["mechanism"], recommended["params"]) == (
         transform.descriptor["mechanism"], transform.descriptor["params"])
     assert recommended["calibration"] == transform.descriptor["calibration"]
+
+
+def test_a_job_exits_with_its_code_and_flushed_output_without_the_interpreter_teardown():
+    """`logs.exit_now` (the CLIs that run Beam or read Arrow end with it): the code and
+    everything printed reach the caller; the teardown, where pyarrow's thread pools can abort
+    a finished job (apache/arrow#34314), is skipped (an atexit hook does not run)."""
+    script = ("import atexit, sys; from pipelines import logs; "
+              "atexit.register(lambda: print('teardown ran')); "
+              "print('summary', end=''); sys.stderr.write('warned'); logs.exit_now(3)")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "summary", "warned")
