@@ -7,6 +7,7 @@ views) is checked against the vectorised `_unit_noise`.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import random
@@ -330,3 +331,37 @@ def test_a_release_timer_without_its_state_fails_closed():
     cells.cells["release_state"].clear()
     with pytest.raises(RuntimeError, match="without its sealed state"):
         list(fn.release(**cells.bind(fn.release, key="a")))
+
+
+@pytest.mark.parametrize("origin,size,horizon", [
+    (ORIGIN, SIZE, HORIZON), (0.0, 0.1, 50), (1e9 + 0.3, 1 / 3, 40), (-5.5, 7e-6, 30),
+    (1_700_000_000.123456, 3600.0, 1)])
+def test_ready_through_is_the_last_step_whose_end_the_firing_passed(origin, size, horizon):
+    """The flush's threshold equals comparing each step's end with the firing (+ 1 us), brute
+    force over every step, at step ends, 1 us around them and at random times."""
+    steps = TimeSteps(origin, size, horizon)
+    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), steps, False)
+    rng = random.Random(7)
+    times = set()
+    for step in range(-1, horizon + 1):
+        at = int(round(steps.end(step) * 1e6))
+        times.update(at + d for d in (-2, -1, 0, 1, 2))
+    low, high = int(steps.start(0) * 1e6) - 10 ** 7, int(steps.stop * 1e6) + 10 ** 7
+    times.update(rng.randrange(low, high) for _ in range(300))
+    for micros in sorted(times):
+        limit = float(micros) / 1e6 + 1e-6
+        expected = max([s for s in range(horizon) if steps.end(s) <= limit], default=-1)
+        for _ in range(2):  # computed, then cached
+            assert fn._ready_through(Timestamp(micros=micros)) == expected
+
+
+def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():
+    from transforms.stages import _delta
+    for value in (1.0, 1.0, 0.5, -1.0, 2.5, 1, True, 0.0, -0.0, 0.0, -0.0):
+        delta = _delta(value)
+        assert delta == Delta(value) and type(delta.value) is type(value)
+        assert math.copysign(1.0, delta.value) == math.copysign(1.0, value)
+        assert not delta.halt
+    assert _delta(1.0) is _delta(1.0) and _delta(0.0) is not _delta(0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _delta(1.0).value = 2.0
