@@ -258,20 +258,59 @@ class ContinualMechanism(abc.ABC):
         """Nodes [block, block + 1) x DRAW_BLOCK of `level` in this stream, cached: all of
         them, or at least the first `need` (`noise.prefix_length` of them; a cached prefix
         too short for a read is derived again, longer)."""
+        blocks = self._draw_blocks()
+        stream = self.stream
+        values = blocks.get((type(stream), stream, level, block))
+        if values is None or values.shape[0] < need:
+            values = self._keep_block(level, block, self._draw_nodes(
+                level, block * DRAW_BLOCK, prefix_length(need, DRAW_BLOCK)))
+        return values
+
+    def _draw_blocks(self) -> dict:
+        """{(type(stream), stream, level, block): node noise} for this mechanism's noise
+        source (keyed by the source object: a mechanism given another source starts over)."""
         cache = self._cache.get("draw_blocks")
         if cache is None or cache[0] is not self.noise_source:
-            # keyed by the source object: a mechanism given another source starts over
             cache = self._cache["draw_blocks"] = (self.noise_source, {})
-        blocks = cache[1]
+        return cache[1]
+
+    def _keep_block(self, level: int, block: int, values: np.ndarray,
+                    view: bool = False) -> np.ndarray:
+        """Cache `values` as (a prefix of) block `block` of `level` in this stream, at most
+        _DRAW_CACHE_BLOCKS blocks, oldest first out; its view (`_node_views`) is kept too if
+        `view` or if one was kept before."""
+        blocks = self._draw_blocks()
         stream = self.stream
         key = (type(stream), stream, level, block)
-        values = blocks.get(key)
-        if values is None or values.shape[0] < need:
-            if values is None and len(blocks) >= _DRAW_CACHE_BLOCKS:
-                del blocks[next(iter(blocks))]  # oldest first
-            values = blocks[key] = self._draw_nodes(level, block * DRAW_BLOCK,
-                                                    prefix_length(need, DRAW_BLOCK))
+        if key not in blocks and len(blocks) >= _DRAW_CACHE_BLOCKS:
+            del blocks[next(iter(blocks))]  # oldest first
+        blocks[key] = values
+        if view or key in self._node_views():
+            self._keep_view(key, values)
         return values
+
+    def _derive_blocks(self, wanted) -> None:
+        """Derive at least the first `need` nodes of each (level, block, need) of `wanted` in
+        this stream that the block cache does not hold (this far), in one noise source call
+        (`noise.prefix_length` nodes each; a keyed source samples them in one pass), and
+        keep them with their views: the same values as deriving them one by one."""
+        blocks = self._draw_blocks()
+        stream = self.stream
+        kind = type(stream)
+        todo = []
+        for level, block, need in wanted:
+            values = blocks.get((kind, stream, level, block))
+            if values is None or values.shape[0] < need:
+                todo.append((level, block, prefix_length(need, DRAW_BLOCK)))
+        if not todo:
+            return
+        reads = [(level, block * DRAW_BLOCK, length) for level, block, length in todo]
+        if self.discrete:
+            derived = self.noise_source.discrete_noise_reads(self.sampler, stream, reads)
+        else:
+            derived = self.noise_source.unit_noise_reads(self.distribution, stream, reads)
+        for (level, block, _), values in zip(todo, derived):
+            self._keep_block(level, block, values, view=True)
 
     def _node_views(self) -> dict:
         """{(type(stream), stream, level, block): the block's node noise indexable as Python
@@ -290,15 +329,22 @@ class ContinualMechanism(abc.ABC):
         blocks they read, and its later steps derive them again, longer; callers check the
         view's length). Bounded like the block cache: at most _DRAW_CACHE_BLOCKS views, oldest
         first out."""
-        views = self._node_views()
+        stream = self.stream
+        key = (type(stream), stream, level, block)
         values = self._draw_block(level, block, need)
+        view = self._node_views().get(key)
+        if view is None or len(view) != values.shape[0]:
+            view = self._keep_view(key, values)
+        return view
+
+    def _keep_view(self, key: tuple, values):
+        """Keep the view of block `key` (`_node_views`) made from its cached `values`."""
+        views = self._node_views()
         if (type(values) is np.ndarray and values.dtype == np.float64 and values.ndim == 1
                 and values.flags.c_contiguous):
             view = memoryview(values)
         else:
             view = np.asarray(values).tolist()
-        stream = self.stream
-        key = (type(stream), stream, level, block)
         if key not in views and len(views) >= _DRAW_CACHE_BLOCKS:
             del views[next(iter(views))]
         views[key] = view

@@ -17,12 +17,13 @@ caller passes one explicitly.
 from __future__ import annotations
 
 import abc
+import bisect
 import collections
 import hashlib
 import math
 import secrets as _secrets
 import struct
-from typing import Optional, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -104,6 +105,19 @@ class NoiseSource(abc.ABC):
                        start: int, count: int) -> np.ndarray:
         """Integer noise of nodes start .. start+count-1 (float64 holding exact integers)."""
 
+    def unit_noise_reads(self, distribution: str, stream: StreamKey,
+                         reads: Sequence[Tuple[int, int, int]]) -> List[np.ndarray]:
+        """`unit_noise` of each (level, start, count) of `reads`, in one call (a source may
+        derive them together; the values are those of separate calls)."""
+        return [self.unit_noise(distribution, stream, level, start, count)
+                for level, start, count in reads]
+
+    def discrete_noise_reads(self, sampler: DiscreteSampler, stream: StreamKey,
+                             reads: Sequence[Tuple[int, int, int]]) -> List[np.ndarray]:
+        """`discrete_noise` of each (level, start, count) of `reads`, in one call."""
+        return [self.discrete_noise(sampler, stream, level, start, count)
+                for level, start, count in reads]
+
 
 class KeyedNoiseSource(NoiseSource):
     """SHAKE-128 counter-mode noise keyed by a secret (the production source; 128-bit security
@@ -130,43 +144,58 @@ class KeyedNoiseSource(NoiseSource):
     def _raw_block(self, distribution, stream: bytes, level: int, block: int,
                    length: int) -> np.ndarray:
         """The first `length` nodes of block `block` (`prefix_length`)."""
-        if isinstance(distribution, DiscreteSampler):
-            return self._discrete_blocks(distribution, stream, level, block, 1, length)
-        return self._float_blocks(distribution, stream, level, block, 1, length)
+        return self._prefixes(distribution, stream, [(level, block, length)])
 
-    def _digests(self, prefix: bytes, level: int, first: int, blocks: int, size: int) -> bytes:
-        """SHAKE-128(key, prefix, level, b) read to `size` bytes, for b = first ..
-        first+blocks-1, concatenated. The keyed state after `prefix` is copied once (absorbing
-        prefix then (level, b) is absorbing their concatenation: the same output)."""
+    def _prefixes(self, distribution, stream: bytes,
+                  prefixes: Sequence[Tuple[int, int, int]]) -> np.ndarray:
+        """The first `length` nodes of each block of `prefixes` ((level, block, length)),
+        concatenated (one sampler pass for all of them)."""
+        multiple = 8 if isinstance(distribution, DiscreteSampler) else 2
+        for _, block, length in prefixes:
+            if length % multiple or not 0 < length <= self.BLOCK:
+                check.fail("length", f"a node count of one block, a multiple of {multiple}",
+                           length)
+        if isinstance(distribution, DiscreteSampler):
+            return self._discrete_prefixes(distribution, stream, prefixes)
+        return self._float_prefixes(distribution, stream, prefixes)
+
+    def _digests(self, prefix: bytes, blocks: Sequence[Tuple[int, int]],
+                 sizes: Sequence[int]) -> List[bytes]:
+        """SHAKE-128(key, prefix, level, b) read to `size` bytes, for each (level, b) of
+        `blocks` and `size` of `sizes`. The keyed state after `prefix` is copied once
+        (absorbing prefix then (level, b) is absorbing their concatenation: the same
+        output)."""
         base = self._keyed.copy()
         base.update(prefix)
         pack, copy = struct.Struct("<qq").pack, base.copy
-        parts = []
-        for b in range(first, first + blocks):
+        digests = []
+        for (level, b), size in zip(blocks, sizes):
             h = copy()
             h.update(pack(level, b))
-            parts.append(h.digest(size))
-        return parts[0] if blocks == 1 else b"".join(parts)
+            digests.append(h.digest(size))
+        return digests
 
-    def _float_blocks(self, distribution, stream: bytes, level: int, first: int,
-                      blocks: int, length: Optional[int] = None) -> np.ndarray:
-        """Nodes of `blocks` consecutive blocks from `first`. Block b is
-        SHAKE-128(key, tag, stream, level, b) read to BLOCK words, converted element-wise
-        (Laplace) or in (even, odd) pairs that never straddle blocks (Gaussian), so converting
-        many blocks in one pass gives each node the same value as block by block. With
-        `length` (one block, an even count): its first `length` nodes, from the first
-        `length` words of the same output (SHAKE's shorter reads are prefixes of its longer
-        ones)."""
-        words = self.BLOCK
-        if length is not None:
-            if blocks != 1 or length % 2 or not 0 < length <= self.BLOCK:
-                check.fail("length", "an even node count of one block", length)
-            words = length
-        raw = self._digests(_DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream))
-                            + stream, level, first, blocks, 8 * words)
+    def _float_prefixes(self, distribution, stream: bytes,
+                        prefixes: Sequence[Tuple[int, int, int]]) -> np.ndarray:
+        """Block b of `level` is SHAKE-128(key, tag, stream, level, b) read to BLOCK words,
+        converted element-wise (Laplace) or in (even, odd) pairs that never straddle blocks
+        (Gaussian); its first `length` nodes (an even count) come from the first `length`
+        words of the same output (SHAKE's shorter reads are prefixes of its longer ones), so
+        converting many prefixes in one pass gives each node the same value as block by
+        block."""
+        raw = b"".join(self._digests(
+            _DISTRIBUTION_TAG[distribution] + struct.pack("<I", len(stream)) + stream,
+            [(level, block) for level, block, _ in prefixes],
+            [8 * length for _, _, length in prefixes]))
         if distribution == LAPLACE:
             return standard_laplace_from_words(np.frombuffer(raw, dtype="<u8"))
         return standard_gaussian_from_uniform(_uniform_open(raw))
+
+    def _float_blocks(self, distribution, stream: bytes, level: int, first: int,
+                      blocks: int) -> np.ndarray:
+        """Nodes of `blocks` consecutive whole blocks from `first` (`_float_prefixes`)."""
+        return self._float_prefixes(distribution, stream, [(level, b, self.BLOCK) for b in
+                                                           range(first, first + blocks)])
 
     def _block(self, distribution, stream: bytes, level: int, block: int,
                need: int = BLOCK) -> np.ndarray:
@@ -218,34 +247,68 @@ class KeyedNoiseSource(NoiseSource):
             joined = self._float_blocks(distribution, key, level, first, last + 1 - first)
         return joined[offset:offset + count]
 
-    def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
-                         first: int, blocks: int, length: Optional[int] = None) -> np.ndarray:
-        """Nodes of `blocks` consecutive blocks from `first`. Block b is
-        SHAKE-128(key, "D", sampler, stream, level, b): BLOCK words (the top 64 bits of each
-        node's uniform), then BLOCK sign bits; node i's own stream ("T", its index) gives the
-        rarely needed low bits and exact tail. With `length` (one block, a multiple of 8): its
-        first `length` nodes, from the same words and sign bits (the whole output is still
-        read: the sign bits follow the words), sampled element by element as in the whole
-        block."""
-        n = m = self.BLOCK
-        if length is not None:
-            if blocks != 1 or length % 8 or not 0 < length <= n:
-                check.fail("length", "a node count of one block, a multiple of 8", length)
-            m = length
-        raw = np.frombuffer(self._digests(b"D" + _length_prefixed(sampler.tag, stream), level,
-                                          first, blocks, 8 * n + n // 8),
-                            dtype=np.uint8).reshape(blocks, 8 * n + n // 8)
-        top = raw[:, :8 * m].copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
-        negative = np.unpackbits(raw[:, 8 * n:8 * n + m // 8], axis=1,  # n words, n sign bits
-                                 bitorder="little").reshape(-1).view(bool)
+    def unit_noise_reads(self, distribution, stream, reads):
+        check.one_of("distribution", distribution, (LAPLACE, GAUSSIAN))
+        return self._reads(distribution, stream, reads, 2)
+
+    def discrete_noise_reads(self, sampler, stream, reads):
+        if not isinstance(sampler, DiscreteSampler):
+            check.fail("sampler", "a DiscreteSampler", sampler)
+        return self._reads(sampler, stream, reads, 8)
+
+    def _reads(self, distribution, stream, reads, multiple: int) -> List[np.ndarray]:
+        """Reads that are all block prefixes (start at a block's first node, `multiple`
+        divides the count) are derived in one pass (`_prefixes`: the same values); any other
+        read goes through `_nodes`, one by one."""
+        reads = [(int(level), int(start), int(count)) for level, start, count in reads]
+        n = self.BLOCK
+        if not reads or not all(start >= 0 and start % n == 0 and 0 < count <= n
+                                and count % multiple == 0 for _, start, count in reads):
+            return [self._nodes(distribution, stream, level, start, count)
+                    for level, start, count in reads]
+        joined = self._prefixes(distribution, stream_bytes(stream),
+                                [(level, start // n, count) for level, start, count in reads])
+        ends = np.cumsum([count for _, _, count in reads])
+        return np.split(joined, ends[:-1])
+
+    def _discrete_prefixes(self, sampler: DiscreteSampler, stream: bytes,
+                           prefixes: Sequence[Tuple[int, int, int]]) -> np.ndarray:
+        """Block b of `level` is SHAKE-128(key, "D", sampler, stream, level, b): BLOCK words
+        (the top 64 bits of each node's uniform), then BLOCK sign bits; node i's own stream
+        ("T", its index) gives the rarely needed low bits and exact tail. The first `length`
+        nodes of each block (a multiple of 8) come from the same words and sign bits (the
+        whole output is still read: the sign bits follow the words), all of them sampled in
+        one pass, element by element (the same values as block by block)."""
+        n = self.BLOCK
+        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
+                                [(level, block) for level, block, _ in prefixes],
+                                [8 * n + n // 8] * len(prefixes))
+        top = np.frombuffer(b"".join(digest[:8 * length] for digest, (_, _, length)
+                                     in zip(digests, prefixes)),
+                            dtype="<u8").astype(np.uint64)
+        negative = np.unpackbits(  # n words, then n sign bits
+            np.frombuffer(b"".join(digest[8 * n:8 * n + length // 8] for digest, (_, _, length)
+                                   in zip(digests, prefixes)), dtype=np.uint8),
+            bitorder="little").view(bool)
+        starts = [0]
+        for _, _, length in prefixes:
+            starts.append(starts[-1] + length)
 
         def node_bits(i: int) -> BitStream:  # the node's own stream (rarely used)
+            j = bisect.bisect_right(starts, i) - 1
+            level, block, _ = prefixes[j]
             node = self._keyed.copy()
             node.update(b"T" + _length_prefixed(sampler.tag, stream)
-                        + struct.pack("<qq", level, first * n + i))
+                        + struct.pack("<qq", level, block * n + i - starts[j]))
             return BitStream(node.digest)
 
         return sampler.sample(top, negative, node_bits).astype(np.float64)
+
+    def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
+                         first: int, blocks: int) -> np.ndarray:
+        """Nodes of `blocks` consecutive whole blocks from `first` (`_discrete_prefixes`)."""
+        return self._discrete_prefixes(sampler, stream, [(level, b, self.BLOCK) for b in
+                                                         range(first, first + blocks)])
 
 
 class ConstantNoiseSource(NoiseSource):

@@ -33,6 +33,9 @@ EXACT_SENSITIVITY_LIMIT = 1 << 22
 _CHUNK = 1 << 20
 # Steps whose node plan (`TreeMechanism._node_plan`) a mechanism keeps (and its stream copies).
 _NODE_PLAN_STEPS = 1 << 12
+# A stream's step that reads a node not derived yet derives the nodes its next PREFETCH_STEPS
+# steps read, on every level, in one noise source call (`TreeMechanism._prefetch`).
+PREFETCH_STEPS = DRAW_BLOCK
 _SEEN_ONCE = 1  # a step asked for once: no plan yet (plans are tuples or False)
 
 
@@ -305,7 +308,7 @@ class TreeMechanism(ContinualMechanism):
             for level, block, offset in plan[1]:
                 view = views.get((kind, stream, level, block))
                 if view is None or len(view) <= offset:  # not derived (this far) yet
-                    view = self._node_view(level, block, offset + 1)
+                    view = self._missed_view(step, level, block, offset)
                 total = total + view[offset]
             return total
         for negative, nodes in plan[1]:
@@ -313,13 +316,55 @@ class TreeMechanism(ContinualMechanism):
             for level, block, offset, factor in nodes:
                 view = views.get((kind, stream, level, block))
                 if view is None or len(view) <= offset:
-                    view = self._node_view(level, block, offset + 1)
+                    view = self._missed_view(step, level, block, offset)
                 value = view[offset]
                 if factor is not None:
                     value = value * factor
                 picked = value if picked is None else picked + value
             total = total + (-picked if negative else picked)
         return total
+
+    def _missed_view(self, step: int, level: int, block: int, at: int):
+        """The view of block `block` of `level` holding node `at` of it, which this stream's
+        `step` reads and has not derived (this far): first the nodes of every level that its
+        next PREFETCH_STEPS steps read are derived together (`_prefetch`), then the view."""
+        self._prefetch(step)
+        stream = self.stream
+        view = self._node_views().get((type(stream), stream, level, block))
+        if view is None or len(view) <= at:  # not in the prefetched set: this node alone
+            view = self._node_view(level, block, at + 1)
+        return view
+
+    def _prefetch(self, step: int) -> None:
+        """Derive, in one noise source call (`_derive_blocks`), the block prefixes of every
+        level that steps step .. step + PREFETCH_STEPS - 1 read. Which nodes those are is
+        the same for every stream, found once per step by running the batch path `_combine`
+        over those steps with a noise function that records what it reads (cached: a
+        worker's keys miss at the same steps). Only when nodes are derived changes: each
+        node's value is the same (a function of its stream, level and index)."""
+        prefetch = self._cache.get("prefetch")
+        if prefetch is None:
+            prefetch = self._cache["prefetch"] = {}
+        wanted = prefetch.get(step)
+        if wanted is None:
+            needs = {}
+
+            def record(level, first, count):
+                if count <= 0:
+                    return np.zeros(max(count, 0), dtype=np.float64)
+                for block in range(first // DRAW_BLOCK, (first + count - 1) // DRAW_BLOCK + 1):
+                    need = min(DRAW_BLOCK, first + count - block * DRAW_BLOCK)
+                    if need > needs.get((level, block), 0):
+                        needs[(level, block)] = need
+                return np.zeros(count, dtype=np.float64)
+
+            self._combine(step - 1, min(PREFETCH_STEPS, self.horizon - step + 1), record,
+                          signed=True)
+            if len(prefetch) >= _NODE_PLAN_STEPS:
+                prefetch.clear()
+            wanted = prefetch[step] = tuple((level, block, need)
+                                            for (level, block), need in needs.items())
+        self._derive_blocks(wanted)
 
     def _plan_digits(self, step: int):
         """(the k-ary plan, the balanced digits of `step`'s prefix leaves, lowest level
@@ -368,7 +413,7 @@ class TreeMechanism(ContinualMechanism):
                 at = index - block * block_size
                 view = views.get((kind, stream, level, block))
                 if view is None or len(view) <= at:
-                    view = self._node_view(level, block, at + 1)
+                    view = self._missed_view(step, level, block, at)
                 value = view[at]
                 if masked and (parent * k + i) * size >= horizon:
                     value = value * 0.0
@@ -878,7 +923,7 @@ class SmoothBinary(TreeMechanism):
             at = index - block * block_size
             view = views.get((kind, stream, level, block))
             if view is None or len(view) <= at:
-                view = self._node_view(level, block, at + 1)
+                view = self._missed_view(step, level, block, at)
             value = view[at]
             if prune:  # data free iff the bits of m below `level` are all ones
                 value = value * (0.0 if half - (j + 1) == level else 1.0)
