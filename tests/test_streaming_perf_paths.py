@@ -365,3 +365,37 @@ def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():
     assert _delta(1.0) is _delta(1.0) and _delta(0.0) is not _delta(0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         _delta(1.0).value = 2.0
+
+
+@pytest.mark.parametrize("name,params", TREES)
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+def test_a_streams_first_steps_derive_its_next_steps_noise_in_one_call(name, params, noise):
+    """Streams stepping from fresh caches (their steps interleaved, or one starting late)
+    get the batch noise bit for bit, and a stream's first step derives the nodes of its
+    next 1024 steps on every level in one source call: 1 call through T = 100, one per 1024
+    steps at T = 3000."""
+    from transforms.mechanisms.noise import KeyedNoiseSource
+
+    class Counting(KeyedNoiseSource):
+        calls = 0
+
+        def _prefixes(self, distribution, stream, prefixes):
+            Counting.calls += 1
+            return super()._prefixes(distribution, stream, prefixes)
+
+    for horizon, most in ((100, 1), (3000, 3)):
+        Counting.calls = 0
+        mechanism = make(name, horizon, epsilon=1.0, noise=noise, **params,
+                         noise_source=Counting(b"prefetch"))
+        reference = make(name, horizon, epsilon=1.0, noise=noise, **params,
+                         noise_source=KeyedNoiseSource(b"prefetch"))
+        streams = [mechanism.for_stream(s) for s in ("a", 7)]
+        batch = [reference.for_stream(s)._unit_noise(0, horizon) for s in ("a", 7)]
+        late = horizon // 3  # stream 7 starts at a later step (a resumed key)
+        for step in range(1, horizon + 1):
+            for stream, expected, first in zip(streams, batch, (1, late)):
+                if step >= first:
+                    got = stream._step_noise(step - 1)
+                    assert struct.pack("<d", got) == struct.pack("<d", expected[step - 1])
+        per_stream = Counting.calls / 2
+        assert 1 <= per_stream <= most, (horizon, Counting.calls)

@@ -145,3 +145,43 @@ def test_many_block_derivation_is_unchanged_and_equals_block_by_block(law):
     for i in (0, 23, 24, 1047, 1048, 5000, 8999):
         assert _seam_draw(KeyedNoiseSource(b"seam-golden", release=b"r"), law, 1000 + i,
                           1)[0] == whole[i]
+
+
+def _law(law, tail_from=None):
+    """(the law as the source takes it, the source's batched reads method name, single)."""
+    from transforms.mechanisms import discrete
+    if law.startswith("discrete_"):
+        sampler = discrete.DiscreteSampler(law, 3.5 if law == discrete.DISCRETE_LAPLACE
+                                           else 20.0)
+        if tail_from is not None:
+            sampler.size = tail_from  # most nodes take the exact tail, by their own stream
+        return sampler, "discrete_noise_reads", "discrete_noise"
+    return law, "unit_noise_reads", "unit_noise"
+
+
+@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+@pytest.mark.parametrize("tail_from", [None, 1])
+@pytest.mark.parametrize("reads", [
+    [(5, 2048, 64), (0, 0, 1024), (3, 1024, 128), (5, 0, 512), (13, 4096, 64)],  # prefixes
+    [(2, 3072, 8), (2, 3072, 1024), (0, 0, 16)],  # one pass (8: the discrete laws' least)
+    [(5, 2048, 64), (2, 100, 30), (1, 0, 1030), (0, 5000, 1)],  # not all prefixes: one by one
+])
+def test_reads_in_one_call_equal_the_same_reads_one_by_one(law, tail_from, reads):
+    """Block prefixes of several levels and blocks are derived in one sampler pass; each node
+    is the same bits as read alone (also where the exact tail reads the node's own stream,
+    which the pass finds by the node's level and index)."""
+    if tail_from is not None and not law.startswith("discrete_"):
+        pytest.skip("float laws have no tail sampler")
+    if not law.startswith("discrete_") and reads[1][2] == 1024 and reads[0][2] == 8:
+        reads = [(level, start, max(count, 16)) for level, start, count in reads]
+    distribution, many, one = _law(law, tail_from)
+    got = getattr(KeyedNoiseSource(b"seam-golden", release=b"r"), many)(distribution, "s",
+                                                                          reads)
+    assert len(got) == len(reads)
+    for (level, start, count), values in zip(reads, got):
+        alone = getattr(KeyedNoiseSource(b"seam-golden", release=b"r"), one)(
+            distribution, "s", level, start, count)
+        assert values.shape == (count,)
+        assert np.array_equal(values.view(np.uint64), alone.view(np.uint64))
+    assert ConstantNoiseSource(2.0).discrete_noise_reads(None, "s", reads)[0].tolist() == \
+        [2.0] * reads[0][2]
