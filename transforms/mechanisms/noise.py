@@ -283,13 +283,20 @@ class KeyedNoiseSource(NoiseSource):
         digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
                                 [(level, block) for level, block, _ in prefixes],
                                 [8 * n + n // 8] * len(prefixes))
-        top = np.frombuffer(b"".join(digest[:8 * length] for digest, (_, _, length)
-                                     in zip(digests, prefixes)),
-                            dtype="<u8").astype(np.uint64)
-        negative = np.unpackbits(  # n words, then n sign bits
-            np.frombuffer(b"".join(digest[8 * n:8 * n + length // 8] for digest, (_, _, length)
-                                   in zip(digests, prefixes)), dtype=np.uint8),
-            bitorder="little").view(bool)
+        rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(prefixes),
+                                                                         8 * n + n // 8)
+        lengths = {length for _, _, length in prefixes}
+        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one slice of the rows
+            m = lengths.pop()
+            words, signs = rows[:, :8 * m], rows[:, 8 * n:8 * n + m // 8]
+        else:
+            words = np.concatenate([row[:8 * length] for row, (_, _, length)
+                                    in zip(rows, prefixes)])
+            signs = np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
+                                    in zip(rows, prefixes)])
+        top = words.copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
+        negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)  # n words,
+        # then n sign bits
         starts = [0]
         for _, _, length in prefixes:
             starts.append(starts[-1] + length)
