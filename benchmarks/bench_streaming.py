@@ -473,7 +473,8 @@ def main():
     parser.add_argument("--keys", type=int, default=200)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--long-horizon", type=int, default=8760)
-    parser.add_argument("--long-keys", type=int, default=20)
+    parser.add_argument("--long-keys", type=int, default=20,
+                        help="keys stepping together through the long horizon (0: skip)")
     parser.add_argument("--long-mechanisms", default="binary_tree,smooth_binary")
     parser.add_argument("--mechanisms", default=",".join(NAMES))
     parser.add_argument("--repeat", type=int, default=3,
@@ -527,7 +528,7 @@ def main():
               f"us/key-step on average, {r['last_release_us']:.1f} us in the last 100 steps")
     except Exception as error:  # over the state budget
         print(f"sqrt_toeplitz at T = {horizon}: skipped ({type(error).__name__}: {error})")
-    for name in args.long_mechanisms.split(","):
+    for name in filter(None, args.long_mechanisms.split(",") if args.long_keys > 0 else []):
         r = release(args, name, horizon, args.long_keys, sample_steps=100 * args.long_keys,
                     interleaved=True)
         print(f"{name} ({r['noise']} noise) at T = {horizon}, {args.long_keys} keys stepping "
