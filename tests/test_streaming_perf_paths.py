@@ -356,15 +356,15 @@ def test_ready_through_is_the_last_step_whose_end_the_firing_passed(origin, size
 
 
 def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():
-    from transforms.stages import _delta
+    from transforms.stages import delta_of
     for value in (1.0, 1.0, 0.5, -1.0, 2.5, 1, True, 0.0, -0.0, 0.0, -0.0):
-        delta = _delta(value)
+        delta = delta_of(value)
         assert delta == Delta(value) and type(delta.value) is type(value)
         assert math.copysign(1.0, delta.value) == math.copysign(1.0, value)
         assert not delta.halt
-    assert _delta(1.0) is _delta(1.0) and _delta(0.0) is not _delta(0.0)
+    assert delta_of(1.0) is delta_of(1.0) and delta_of(0.0) is not delta_of(0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        _delta(1.0).value = 2.0
+        delta_of(1.0).value = 2.0
 
 
 @pytest.mark.parametrize("name,params", TREES)

@@ -684,7 +684,7 @@ _new_instance = object.__new__
 _SHARED_DELTAS: Dict[float, Delta] = {}  # a nonzero float -> its Delta (bounded)
 
 
-def _delta(value: float) -> Delta:
+def delta_of(value: float) -> Delta:
     """Delta(value): the instance dict filled directly, as the frozen dataclass's __init__
     does through object.__setattr__ (equal, hashed and pickled alike). A Delta is immutable,
     so one instance per nonzero float value is shared (counts emit a few values over and
@@ -846,7 +846,7 @@ class TruncateStreamingFn(beam.DoFn):
                     Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(
                         count)
             for unit_key, step, value in contributions:  # as _unit_outputs, stamps cached
-                yield TimestampedValue(((unit_key, step), _delta(value)), stamp(step))
+                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
             buffer.clear()
             if used != saved[0] or len(keys) != admitted:  # else the machine did not move
                 unit_state.write((used, tuple(keys)))
@@ -859,7 +859,7 @@ class TruncateStreamingFn(beam.DoFn):
             if self.diagnostics:
                 count_truncation(run)
             for unit_key, step, value in run.contributions:  # as _unit_outputs
-                yield TimestampedValue(((unit_key, step), _delta(value)), stamp(step))
+                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
             buffer.clear()
             if run.halt is not None:
                 yield dead_letter(key, run.halt.reason)
