@@ -399,3 +399,43 @@ def test_a_streams_first_steps_derive_its_next_steps_noise_in_one_call(name, par
                     assert struct.pack("<d", got) == struct.pack("<d", expected[step - 1])
         per_stream = Counting.calls / 2
         assert 1 <= per_stream <= most, (horizon, Counting.calls)
+
+
+def test_keys_stepping_together_keep_their_blocks_while_their_nodes_fit(monkeypatch):
+    """The block cache is bounded in nodes, not blocks: a key's upper tree levels are short
+    prefixes, so 24 keys x 7 levels (168 blocks, 512 nodes per key) fit in 16 whole blocks'
+    worth of nodes and no key re-derives a block over its 100 steps (a bound of 16 blocks
+    re-derived at every key-step). Beyond the bound the oldest blocks go and are derived
+    again: still the batch noise, bit for bit."""
+    from transforms.mechanisms import base
+    from transforms.mechanisms.noise import KeyedNoiseSource
+
+    class Counting(KeyedNoiseSource):
+        calls = 0
+
+        def _prefixes(self, distribution, stream, prefixes):
+            Counting.calls += 1
+            return super()._prefixes(distribution, stream, prefixes)
+
+    monkeypatch.setattr(base, "_DRAW_CACHE_NODES", 16 * base.DRAW_BLOCK)
+    for keys, fits in ((24, True), (60, False)):
+        Counting.calls = 0
+        mechanism = make("binary_tree", 100, rho=0.5, noise_source=Counting(b"fit"))
+        streams = [mechanism.for_stream(key) for key in range(keys)]
+        for step in range(100):
+            for stream in streams:
+                stream._step_noise(step)
+        _, blocks, held = mechanism._cache["draw_blocks"]
+        assert held[0] == sum(v.shape[0] for v in blocks.values()) <= 16 * base.DRAW_BLOCK
+        assert set(mechanism._node_views()) <= set(blocks)
+        if fits:
+            assert Counting.calls == keys
+        else:
+            assert Counting.calls > keys
+            reference = make("binary_tree", 100, rho=0.5,
+                             noise_source=KeyedNoiseSource(b"fit"))
+            for key in (0, 29, 59):
+                expected = reference.for_stream(key)._unit_noise(0, 100)
+                got = [streams[key]._step_noise(step) for step in range(100)]
+                assert [struct.pack("<d", v) for v in got] == \
+                    [struct.pack("<d", v) for v in expected]

@@ -120,10 +120,19 @@ def test_node_noise_of_a_step_is_the_noise_of_the_batch_read():
 
 
 def test_block_cache_is_bounded_and_follows_the_noise_source():
-    mechanism = make("naive_composition", 1 << 20, epsilon=1.0, noise="float", seed=2)
-    for i in range(base._DRAW_CACHE_BLOCKS + 10):
-        mechanism._draw(0, i * base.DRAW_BLOCK, 1)
-    assert len(mechanism._cache["draw_blocks"][1]) == base._DRAW_CACHE_BLOCKS
+    """At most _DRAW_CACHE_NODES nodes: as many whole blocks as _DRAW_CACHE_BLOCKS, or 16x
+    as many 64-node prefixes (a key's upper tree levels), oldest first out."""
+    mechanism = make("naive_composition", 1 << 24, epsilon=1.0, noise="float", seed=2)
+    for i in range(base._DRAW_CACHE_BLOCKS + 10):  # whole blocks (a read of a last node)
+        mechanism._draw(0, (i + 1) * base.DRAW_BLOCK - 1, 1)
+    _, blocks, held = mechanism._cache["draw_blocks"]
+    assert len(blocks) == base._DRAW_CACHE_BLOCKS and held == [base._DRAW_CACHE_NODES]
+    assert next(iter(blocks))[2:] == (0, 10)  # the first 10 went first
+    for i in range(16 * base._DRAW_CACHE_BLOCKS + 10):  # 64-node prefixes of other blocks
+        mechanism._draw(1, i * base.DRAW_BLOCK, 1)
+    assert len(blocks) == 16 * base._DRAW_CACHE_BLOCKS
+    assert held == [sum(values.shape[0] for values in blocks.values())]
+    assert held[0] == base._DRAW_CACHE_NODES
     first = mechanism._draw(0, 0, 3)
     mechanism.noise_source = ConstantNoiseSource(0.25)  # another source: nothing stale is read
     assert np.array_equal(mechanism._draw(0, 0, 3), np.full(3, 0.25))

@@ -35,14 +35,16 @@ NOISE_KINDS = ("discrete", "float")
 # Relative margin by which a discrete sampler's parameter is rounded up, so that float rounding
 # in the sensitivity or the budget can never make the noise smaller than the calibration needs.
 _PARAMETER_MARGIN = 2.0 ** -40
-# Streaming reads node noise in aligned blocks of this many nodes, keeping at most
-# _DRAW_CACHE_BLOCKS blocks per mechanism (and its for_stream copies): <= 32 MiB of float64,
-# the same arrays as the noise source's cache of as many blocks (the scalar paths' views of
-# blocks, `_node_views`, keep at most as many alive again). A worker's keys step together at a
-# step end: with keys x tree levels above the cap every step re-derives its blocks (at 512
-# blocks, 200 keys at T = 100 cost 648 us per key-step; at 4096, 38.5 us).
+# Streaming reads node noise in aligned blocks of DRAW_BLOCK nodes (or their first 64, 128,
+# ... nodes: `noise.prefix_length`), keeping blocks of at most _DRAW_CACHE_NODES nodes in all
+# per mechanism (and its for_stream copies): <= 32 MiB of float64, oldest first out (the
+# scalar paths' views of blocks, `_node_views`, go with their blocks). A worker's keys step
+# together at a step end, each reading one block per tree level (mostly short prefixes of the
+# upper levels): while keys x their blocks fit, no step re-derives a block; beyond, a key-step
+# re-derives its blocks (about 0.5-1 ms).
 DRAW_BLOCK = 1024
 _DRAW_CACHE_BLOCKS = 4096
+_DRAW_CACHE_NODES = _DRAW_CACHE_BLOCKS * DRAW_BLOCK
 # Integers of at most this magnitude convert to float64 exactly (the scalar step's fast path).
 _EXACT_INTEGER = 1 << 53
 
@@ -266,26 +268,38 @@ class ContinualMechanism(abc.ABC):
                 level, block * DRAW_BLOCK, prefix_length(need, DRAW_BLOCK)))
         return values
 
-    def _draw_blocks(self) -> dict:
-        """{(type(stream), stream, level, block): node noise} for this mechanism's noise
-        source (keyed by the source object: a mechanism given another source starts over)."""
+    def _draw_cache(self) -> tuple:
+        """(noise source, {(type(stream), stream, level, block): node noise}, [nodes held])
+        for this mechanism's noise source (keyed by the source object: a mechanism given
+        another source starts over)."""
         cache = self._cache.get("draw_blocks")
         if cache is None or cache[0] is not self.noise_source:
-            cache = self._cache["draw_blocks"] = (self.noise_source, {})
-        return cache[1]
+            cache = self._cache["draw_blocks"] = (self.noise_source, {}, [0])
+        return cache
+
+    def _draw_blocks(self) -> dict:
+        return self._draw_cache()[1]
 
     def _keep_block(self, level: int, block: int, values: np.ndarray,
                     view: bool = False) -> np.ndarray:
-        """Cache `values` as (a prefix of) block `block` of `level` in this stream, at most
-        _DRAW_CACHE_BLOCKS blocks, oldest first out; its view (`_node_views`) is kept too if
-        `view` or if one was kept before."""
-        blocks = self._draw_blocks()
+        """Cache `values` as (a prefix of) block `block` of `level` in this stream, as the
+        newest; the oldest blocks (and their views) go while more than _DRAW_CACHE_NODES
+        nodes would be held. Its view (`_node_views`) is kept too if `view` or if one was
+        kept before."""
+        _, blocks, held = self._draw_cache()
+        views = self._node_views()
         stream = self.stream
         key = (type(stream), stream, level, block)
-        if key not in blocks and len(blocks) >= _DRAW_CACHE_BLOCKS:
-            del blocks[next(iter(blocks))]  # oldest first
+        replaced = blocks.pop(key, None)
+        if replaced is not None:
+            held[0] -= replaced.shape[0]
+        while blocks and held[0] + values.shape[0] > _DRAW_CACHE_NODES:
+            oldest = next(iter(blocks))
+            held[0] -= blocks.pop(oldest).shape[0]
+            views.pop(oldest, None)
         blocks[key] = values
-        if view or key in self._node_views():
+        held[0] += values.shape[0]
+        if view or key in views:
             self._keep_view(key, values)
         return values
 
@@ -327,8 +341,7 @@ class ContinualMechanism(abc.ABC):
         """Block `block` of `level` in this stream as `_node_views` holds it, at least its
         first `need` nodes (`_draw_block`: a stream's first steps derive only the prefixes of
         blocks they read, and its later steps derive them again, longer; callers check the
-        view's length). Bounded like the block cache: at most _DRAW_CACHE_BLOCKS views, oldest
-        first out."""
+        view's length). Views are only kept of cached blocks, and go with them."""
         stream = self.stream
         key = (type(stream), stream, level, block)
         values = self._draw_block(level, block, need)
@@ -345,8 +358,6 @@ class ContinualMechanism(abc.ABC):
             view = memoryview(values)
         else:
             view = np.asarray(values).tolist()
-        if key not in views and len(views) >= _DRAW_CACHE_BLOCKS:
-            del views[next(iter(views))]
         views[key] = view
         return view
 
