@@ -268,8 +268,11 @@ class KeyedNoiseSource(NoiseSource):
                     for level, start, count in reads]
         joined = self._prefixes(distribution, stream_bytes(stream),
                                 [(level, start // n, count) for level, start, count in reads])
-        ends = np.cumsum([count for _, _, count in reads])
-        return np.split(joined, ends[:-1])
+        parts, at = [], 0
+        for _, _, count in reads:
+            parts.append(joined[at:at + count])
+            at += count
+        return parts
 
     def _discrete_prefixes(self, sampler: DiscreteSampler, stream: bytes,
                            prefixes: Sequence[Tuple[int, int, int]]) -> np.ndarray:
