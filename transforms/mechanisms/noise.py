@@ -151,7 +151,7 @@ class KeyedNoiseSource(NoiseSource):
         """The first `length` nodes of each block of `prefixes` ((level, block, length)),
         concatenated (one sampler pass for all of them)."""
         multiple = 8 if isinstance(distribution, DiscreteSampler) else 2
-        for _, block, length in prefixes:
+        for _, _, length in prefixes:
             if length % multiple or not 0 < length <= self.BLOCK:
                 check.fail("length", f"a node count of one block, a multiple of {multiple}",
                            length)
@@ -298,8 +298,7 @@ class KeyedNoiseSource(NoiseSource):
             signs = np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
                                     in zip(rows, prefixes)])
         top = words.copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
-        negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)  # n words,
-        # then n sign bits
+        negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)
         starts = [0]
         for _, _, length in prefixes:
             starts.append(starts[-1] + length)
