@@ -367,13 +367,9 @@ def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():
         delta_of(1.0).value = 2.0
 
 
-@pytest.mark.parametrize("name,params", TREES)
-@pytest.mark.parametrize("noise", ["discrete", "float"])
-def test_a_streams_first_steps_derive_its_next_steps_noise_in_one_call(name, params, noise):
-    """Streams stepping from fresh caches (their steps interleaved, or one starting late)
-    get the batch noise bit for bit, and a stream's first step derives the nodes of its
-    next 1024 steps on every level in one source call: 1 call through T = 100, one per 1024
-    steps at T = 3000."""
+def counting_source():
+    """A keyed noise source class counting its derivation passes (`_prefixes` calls) in its
+    class attribute `calls`."""
     from transforms.mechanisms.noise import KeyedNoiseSource
 
     class Counting(KeyedNoiseSource):
@@ -382,6 +378,19 @@ def test_a_streams_first_steps_derive_its_next_steps_noise_in_one_call(name, par
         def _prefixes(self, distribution, stream, prefixes):
             Counting.calls += 1
             return super()._prefixes(distribution, stream, prefixes)
+
+    return Counting
+
+
+@pytest.mark.parametrize("name,params", TREES)
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+def test_a_streams_first_steps_derive_its_next_steps_noise_in_one_call(name, params, noise):
+    """Streams stepping from fresh caches (their steps interleaved, or one starting late)
+    get the batch noise bit for bit, and a stream's first step derives the nodes of its
+    next 1024 steps on every level in one source call: 1 call through T = 100, one per 1024
+    steps at T = 3000."""
+    from transforms.mechanisms.noise import KeyedNoiseSource
+    Counting = counting_source()
 
     for horizon, most in ((100, 1), (3000, 3)):
         Counting.calls = 0
@@ -409,13 +418,7 @@ def test_keys_stepping_together_keep_their_blocks_while_their_nodes_fit(monkeypa
     again: still the batch noise, bit for bit."""
     from transforms.mechanisms import base
     from transforms.mechanisms.noise import KeyedNoiseSource
-
-    class Counting(KeyedNoiseSource):
-        calls = 0
-
-        def _prefixes(self, distribution, stream, prefixes):
-            Counting.calls += 1
-            return super()._prefixes(distribution, stream, prefixes)
+    Counting = counting_source()
 
     monkeypatch.setattr(base, "_DRAW_CACHE_NODES", 16 * base.DRAW_BLOCK)
     for keys, fits in ((24, True), (60, False)):
