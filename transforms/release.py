@@ -144,7 +144,7 @@ class RecordMaker:
         self.config = config
         self._binding = (b"dp-continual-release/state\x00" + config.release_binding
                          + config.checked_fingerprint().encode("ascii"))
-        self._tags, self._steps = {}, {}  # per key / per step, bounded (_CACHED_KEYS)
+        self._tags, self._steps, self._isos = {}, {}, {}  # bounded (_CACHED_KEYS)
         self._streams = {}  # per key, bounded (_CACHED_STREAMS)
         self.mechanism = config.build()
         self.std = self.mechanism.noise_std()
@@ -190,6 +190,26 @@ class RecordMaker:
                           f"re-draw published noise)", "another state")
         return state_from_bytes(bytes(data[len(tag):]))
 
+    def step_sealed(self, key, data: bytes, value, at: int) -> Tuple[float, bytes]:
+        """Release step `at` of `key` from its sealed state: (out, the new sealed state) of
+        `streamer(key).step(restore(key, data), value)`, refused unless the state is at step
+        `at`. A sealed CounterState takes `step_counter` on the unpacked fields, without
+        building state objects: the same checks, the same values and the same bytes."""
+        tag = self._tags.get(key) or self._tag(key)
+        if type(data) is bytes and len(data) == _SEALED_COUNTER and data[16] == 1 \
+                and data.startswith(tag):  # as `restore`
+            _, steps, total = _COUNTER_FORMAT.unpack_from(data, 16)
+            if steps == at:
+                found = self.streamer(key).step_counter(steps, total, value)
+                if found is not None:
+                    return found[0], tag + _COUNTER_FORMAT.pack(1, steps + 1, found[1])
+        state = self.restore(key, data)
+        if state.steps != at:
+            raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step "
+                               f"{state.steps}, its release state at {at}")
+        out, state = self.streamer(key).step(state, value)
+        return out, self.seal(key, state)
+
     def streamer(self, key):
         """`for_key(key)`, kept for the next call (bounded: a streaming release steps each key
         at every step; the copy only differs from the mechanism by its noise stream)."""
@@ -220,6 +240,17 @@ class RecordMaker:
         record["ci_high"] = high
         return record
 
+    def _iso(self, seconds: float) -> str:
+        """`TimeSteps.iso`, cached (a step's start is the previous step's end: formatting a
+        time costs more than a step's other public fields together)."""
+        isos = self._isos
+        found = isos.get(seconds)
+        if found is None:
+            if len(isos) >= _CACHED_KEYS:
+                isos.clear()
+            found = isos[seconds] = self.config.steps.iso(seconds)
+        return found
+
     def _step_entry(self, step: int):
         """(interval half width, the step's record with its key, value and interval left to
         fill: key, step, window start and end, value, stddev (times the value scale), ci_low,
@@ -232,8 +263,8 @@ class RecordMaker:
             deviation = deviation * config.value_scale
         if len(self._steps) >= _CACHED_KEYS:
             self._steps.clear()
-        fields = {"key": None, "step": step, "window_start": steps.iso(steps.start(step)),
-                  "window_end": steps.iso(steps.end(step)), "value": None,
+        fields = {"key": None, "step": step, "window_start": self._iso(steps.start(step)),
+                  "window_end": self._iso(steps.end(step)), "value": None,
                   "stddev": deviation, "ci_low": None, "ci_high": None, **self.template}
         entry = self._steps[step] = (width, fields)
         return entry

@@ -1238,16 +1238,11 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"state (state lost, or a job updated from another state "
                                f"layout); releasing again from step 0 would repeat its noise "
                                f"on other data")
-        maker = self.maker
-        key_state = maker.restore(key, sealed)
-        step = key_state.steps
-        if step != released:
-            raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step {step}, "
-                               f"its release state at {released}")
+        maker, step = self.maker, released
         partials = pending.pop(step, None)
-        out, key_state = maker.streamer(key).step(key_state,
-                                                  math.fsum(partials) if partials else 0.0)
-        state.write((maker.seal(key, key_state), step + 1, stop, pending))
+        out, sealed = maker.step_sealed(key, sealed, math.fsum(partials) if partials else 0.0,
+                                        step)
+        state.write((sealed, step + 1, stop, pending))
         if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
             timer.set(self._step_times(step + 1)[1])
         if stop is None or step < stop:

@@ -445,38 +445,47 @@ class ContinualMechanism(abc.ABC):
         return totals + noise, new_state
 
     def step(self, state: CounterState, value) -> Tuple[float, CounterState]:
-        """Release one step: (noisy running total, new state).
+        """Release one step: (noisy running total, new state) (`step_counter` where it
+        applies, else `advance` on one value)."""
+        if type(state) is CounterState:
+            found = self.step_counter(state.steps, state.running_total, value)
+            if found is not None:
+                return found[0], counter_state(state.steps + 1, found[1])
+        out, new_state = self.advance(state, [value])
+        return float(out[0]), new_state
+
+    def step_counter(self, steps, running_total, value) -> Optional[Tuple[float, float]]:
+        """`step` of CounterState(steps, running_total) on Python floats: (noisy running
+        total, the new running total), or None where `step` goes through `advance` instead.
 
         The same checks, in the same order, and the same IEEE operations as `advance` on one
-        value (running_total + x, then + noise or + node_scale * noise), on Python floats: a
-        scalar fast path for a CounterState with an int step count and a float total and a
-        float / numpy float64 / exactly convertible int value; anything else goes through
-        `advance`."""
+        value (running_total + x, then + noise or + node_scale * noise): a scalar fast path
+        for an int step count, a float total and a float / numpy float64 / exactly
+        convertible int value."""
         plan = self._cache.get("step_plan")
         if plan is None:
             plan = self._step_plan()
-        if plan is not False and type(state) is CounterState:
-            kind = type(value)
-            steps, total = state.steps, state.running_total
-            if ((kind is float or kind is np.float64
+        if plan is False:
+            return None
+        kind = type(value)
+        if not ((kind is float or kind is np.float64
                  or (kind is int and -_EXACT_INTEGER <= value <= _EXACT_INTEGER))
-                    and type(steps) is int and type(total) is float):
-                x = float(value)
-                if x - x != 0.0:  # nan or +-inf
-                    check.fail("values", "finite numbers", [value])
-                discrete, scale = plan
-                if discrete and not x.is_integer():
-                    check.fail("values", "integers with discrete noise (use a value grid, or "
-                                         "noise='float')", [value])
-                if steps + 1 > self.horizon:
-                    check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
-                total = total + x
-                noise = self._step_noise(steps)
-                if not discrete:
-                    noise = scale * noise
-                return total + noise, counter_state(steps + 1, total)
-        out, new_state = self.advance(state, [value])
-        return float(out[0]), new_state
+                and type(steps) is int and type(running_total) is float):
+            return None
+        x = float(value)
+        if x - x != 0.0:  # nan or +-inf
+            check.fail("values", "finite numbers", [value])
+        discrete, scale = plan
+        if discrete and not x.is_integer():
+            check.fail("values", "integers with discrete noise (use a value grid, or "
+                                 "noise='float')", [value])
+        if steps + 1 > self.horizon:
+            check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
+        total = running_total + x
+        noise = self._step_noise(steps)
+        if not discrete:
+            noise = scale * noise
+        return total + noise, total
 
     def _step_plan(self):
         """(discrete, node_scale or None) for the scalar step, or False when this mechanism's

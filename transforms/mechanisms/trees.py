@@ -36,7 +36,6 @@ _NODE_PLAN_STEPS = 1 << 12
 # A stream's step that reads a node not derived yet derives the nodes its next PREFETCH_STEPS
 # steps read, on every level, in one noise source call (`TreeMechanism._prefetch`).
 PREFETCH_STEPS = DRAW_BLOCK
-_SEEN_ONCE = 1  # a step asked for once: no plan yet (plans are tuples or False)
 
 
 def _smallest_height(max_digit: int, k: int, horizon: int) -> int:
@@ -291,12 +290,9 @@ class TreeMechanism(ContinualMechanism):
         if plans is None:
             plans = self._cache["node_plans"] = {}
         plan = plans.get(step)
-        if plan is None:  # a step seen once (one stream) is computed directly, not planned
+        if plan is None:
             if len(plans) >= _NODE_PLAN_STEPS:
                 plans.clear()
-            plans[step] = _SEEN_ONCE
-            return self._unit_noise_direct(step)
-        if type(plan) is int:  # seen before: a second stream at this step (streaming: all keys)
             plan = plans[step] = self._node_plan(step)
         if plan is False:
             return self._unit_noise_one_generic(step)
@@ -366,62 +362,6 @@ class TreeMechanism(ContinualMechanism):
                                             for (level, block), need in needs.items())
         self._derive_blocks(wanted)
 
-    def _plan_digits(self, step: int):
-        """(the k-ary plan, the balanced digits of `step`'s prefix leaves, lowest level
-        first); None without a plan."""
-        plan = self._cache.get("one_plan")
-        if plan is None:
-            plan = self._one_plan()
-        if plan is False:
-            return None
-        k, low, height = plan[0], plan[1], plan[2]
-        rest, digits = self._prefix_leaves_one(step), []
-        for _ in range(height):
-            digit = (rest - low) % k + low
-            rest = (rest - digit) // k
-            digits.append(digit)
-        return plan, digits
-
-    def _unit_noise_direct(self, step: int) -> float:
-        """`_unit_noise_one` without a plan: `_node_plan`'s nodes read and added as they are
-        found (a step only one stream asks for)."""
-        found = self._plan_digits(step)
-        if found is None:
-            return self._unit_noise_one_generic(step)
-        (k, low, height, powers, unused, prune, horizon), digits = found
-        views = self._node_views()
-        stream = self.stream
-        kind, block_size = type(stream), DRAW_BLOCK
-        total, position = 0.0, 0
-        for level in range(height - 1, -1, -1):
-            digit = digits[level]
-            if digit == 0:
-                continue
-            size = powers[level]
-            parent = position // powers[level + 1] - (digit < 0)
-            if parent < 0:
-                return self._unit_noise_one_generic(step)  # the source refuses it
-            if digit > 0:
-                first, order = parent * (k - 1), range(digit)
-            else:
-                first, order = parent * (k - 1) - 1, range(k - 1, k - 1 + digit, -1)
-            masked = prune and (parent * k + k - 1) * size >= horizon
-            picked = None
-            for i in order:
-                index = first + i
-                block = index // block_size
-                at = index - block * block_size
-                view = views.get((kind, stream, level, block))
-                if view is None or len(view) <= at:
-                    view = self._missed_view(step, level, block, at)
-                value = view[at]
-                if masked and (parent * k + i) * size >= horizon:
-                    value = value * 0.0
-                picked = value if picked is None else picked + value
-            total = total + (picked if digit > 0 else -picked)
-            position = position + digit * size
-        return total
-
     def _node_plan(self, step: int):
         """The nodes `_unit_noise_one_generic` adds for `step`, in its order: (True, ((level,
         block, offset), ...)) when every used level adds one node's value as it is, else
@@ -431,38 +371,51 @@ class TreeMechanism(ContinualMechanism):
         level whose digit is 0 is left out: total + 0.0 == total, as the total starts at +0.0
         and is never -0.0 (a sum is -0.0 only when both terms are). False: no plan (the
         generic path)."""
-        found = self._plan_digits(step)
-        if found is None:
+        plan = self._cache.get("one_plan")
+        if plan is None:
+            plan = self._one_plan()
+        if plan is False:
             return False
-        (k, low, height, powers, unused, prune, horizon), digits = found
+        k, low, height, powers, unused, prune, horizon = plan
         block_size = DRAW_BLOCK
-        groups, simple, position = [], True, 0
-        for level in range(height - 1, -1, -1):
-            digit = digits[level]
+        groups, simple = [], True
+        # the balanced digits from the lowest level up: after taking level l's digit, `rest`
+        # is the parent's index on level l + 1 (the generic path's position // k^(l+1))
+        rest = self._prefix_leaves_one(step)
+        for level in range(height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
             if digit == 0:
                 continue
-            size = powers[level]
-            parent = position // powers[level + 1] - (digit < 0)
+            parent = rest - (digit < 0)
             if parent < 0:
                 return False  # the source refuses it (the generic path raises)
+            size = powers[level]
+            masked = prune and (parent * k + k - 1) * size >= horizon
+            if digit == 1 and not (masked and parent * k * size >= horizon):
+                index = parent * (k - 1)  # child 0 alone, as it is: (level, block, offset)
+                groups.append((level, index // block_size, index % block_size))
+                continue
+            simple = False
             # children 0 .. d-1 (d > 0) or k-1 down to k+d (d < 0) never include the unused
             # child low + k - 1: compact index parent (k - 1) + i, minus 1 above the unused one
             if digit > 0:
                 first, order = parent * (k - 1), range(digit)
             else:
                 first, order = parent * (k - 1) - 1, range(k - 1, k - 1 + digit, -1)
-            masked = prune and (parent * k + k - 1) * size >= horizon
             nodes = []
             for i in order:
                 index = first + i
                 factor = 0.0 if masked and (parent * k + i) * size >= horizon else None
                 nodes.append((level, index // block_size, index % block_size, factor))
-            simple = simple and digit > 0 and len(nodes) == 1 and nodes[0][3] is None
             groups.append((digit < 0, tuple(nodes)))
-            position = position + digit * size
+        if rest != 0:
+            return False  # the prefix does not fit the tree (the generic path)
+        groups.reverse()  # added from the top level down, as the generic path adds
         if simple:
-            return True, tuple(nodes[0][:3] for _, nodes in groups)
-        return False, tuple(groups)
+            return True, tuple(groups)
+        return False, tuple(group if len(group) == 2 else (False, (group + (None,),))
+                            for group in groups)
 
     def _unit_noise_one_generic(self, step: int) -> float:
         k, low = self.arity, self.digit_low
@@ -903,33 +856,6 @@ class SmoothBinary(TreeMechanism):
                     bits.append(bit)
         return plan, half, bits
 
-    def _unit_noise_direct(self, step: int) -> float:
-        """`TreeMechanism._unit_noise_direct` for the smooth tree: `_node_plan`'s nodes read
-        and added as they are found."""
-        found = self._set_bits(step)
-        if found is None:
-            return self._unit_noise_one_generic(step)
-        (height, combs, terms, prune), half, bits = found
-        views = self._node_views()
-        stream = self.stream
-        kind, block_size = type(stream), DRAW_BLOCK
-        total = 0.0
-        for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
-            table = terms[level]
-            index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
-            for i in range(j):
-                index += table[bits[i] - level - 1][i]
-            block = index // block_size
-            at = index - block * block_size
-            view = views.get((kind, stream, level, block))
-            if view is None or len(view) <= at:
-                view = self._missed_view(step, level, block, at)
-            value = view[at]
-            if prune:  # data free iff the bits of m below `level` are all ones
-                value = value * (0.0 if half - (j + 1) == level else 1.0)
-            total = total + value
-        return total
-
     def _node_plan(self, step: int):
         """`TreeMechanism._node_plan` for `_unit_noise_one_generic` below: per level whose bit of
         m = balanced(step) is 1 (from the top), the left child of m's parent there, by compact
@@ -940,19 +866,19 @@ class SmoothBinary(TreeMechanism):
             return False
         (height, combs, terms, prune), half, bits = found
         block_size = DRAW_BLOCK
-        nodes, simple = [], True
+        nodes, free = [], []
         for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
             table = terms[level]
             index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
             for i in range(j):
                 index += table[bits[i] - level - 1][i]
-            # data free iff the bits of m below `level` are all ones
-            factor = 0.0 if prune and half - (j + 1) == level else None
-            simple = simple and factor is None
-            nodes.append((level, index // block_size, index % block_size, factor))
-        if simple:
-            return True, tuple(node[:3] for node in nodes)
-        return False, tuple((False, (node,)) for node in nodes)
+            nodes.append((level, index // block_size, index % block_size))
+            if prune and half - (j + 1) == level:  # data free: the bits below are all ones
+                free.append(j)
+        if not free:
+            return True, tuple(nodes)
+        return False, tuple((False, (node + (0.0 if j in free else None,),))
+                            for j, node in enumerate(nodes))
 
     def _unit_noise_one_generic(self, step: int) -> float:
         """Streaming: the additions of `_combine` for one step, in the same order (top level
