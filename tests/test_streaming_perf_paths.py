@@ -266,6 +266,49 @@ def test_tree_scalar_noise_is_the_batch_noise_bit_for_bit(name, params):
                     assert not np.array_equal(batch[0], batch[1])
 
 
+@pytest.mark.parametrize("name,params", TREES)
+def test_reused_level_totals_follow_any_order_of_steps_streams_and_sources(name, params):
+    """A stream reuses its last step's running totals only at the next step, of the same
+    stream and noise source: random walks of steps (mostly the next one; also repeats, jumps
+    back and ahead), stream copies made from a stream mid-walk (they inherit its totals),
+    copies of the same stream object, and a swapped noise source all get the batch noise of
+    their own stream and source, bit for bit."""
+    rng = random.Random(f"{name}{params}")
+    horizon = 300
+    for noise in ("discrete", "float"):
+        mechanism = make(name, horizon, epsilon=1.0, noise=noise, seed=7, **params)
+        other = make(name, horizon, epsilon=1.0, noise=noise, seed=8, **params)
+        names = ["a", 1, b"a", "t2"]
+        batch = {(key, source): mechanism.for_stream(key)._unit_noise(0, horizon)
+                 for key in names for source in (1, 2)}
+        for key in names:
+            other_stream = other.for_stream(key)
+            other_stream.noise_source = other.noise_source
+            batch[(key, 2)] = other_stream._unit_noise(0, horizon)
+        walkers = [[mechanism.for_stream(key), key, 1, rng.randrange(horizon)] for key in names]
+        for _ in range(1500):
+            walker = rng.choice(walkers)
+            stream, key, source, step = walker
+            move = rng.random()
+            if move < 0.05:  # a copy of another stream, made from this one mid-walk
+                key = rng.choice(names)
+                walkers.append([stream.for_stream(key), key, source, step])
+                continue
+            if move < 0.08:  # a copy of this very stream object
+                walkers.append([stream.for_stream(stream.stream), key, source, step])
+                continue
+            if move < 0.10:  # another noise source from now on
+                source = 3 - source
+                stream.noise_source = (other if source == 2 else mechanism).noise_source
+                walker[2] = source
+            step = (step + 1 if move < 0.85 else step if move < 0.9
+                    else rng.randrange(horizon)) % horizon
+            walker[3] = step
+            got = stream._step_noise(step)
+            expected = batch[(key, source)][step]
+            assert struct.pack("<d", got) == struct.pack("<d", expected), (key, step)
+
+
 def test_tree_step_equals_advance_at_a_long_horizon():
     mechanism = make("binary_tree", 1 << 20, epsilon=1.0, seed=4).for_stream("k")
     state = mechanism.init_state()

@@ -267,6 +267,10 @@ class TreeMechanism(ContinualMechanism):
         """(L z)[start] for `step`: `_unit_noise(start, 1)[0]` is this very float."""
         return self._unit_noise_one(start + 1)
 
+    # a stream's (noise source, stream, step, running totals per level) of its last scalar
+    # step (`_unit_noise_one`); None: none yet
+    _totals: Optional[list] = None
+
     def _one_plan(self):
         """(k, low, height, powers, unused child, prune, horizon) for `_node_plan`, or False
         when a subclass changes how a node's noise is read (cached)."""
@@ -285,7 +289,12 @@ class TreeMechanism(ContinualMechanism):
         stream, so cached per step: a streaming release steps all its keys through the same
         step), reading each node's noise as a Python float from the block views
         (`_node_views`): the same values, additions and order, so the same float bit for bit
-        (tests/mechanisms/test_trees.py)."""
+        (tests/test_streaming_perf_paths.py).
+
+        A stream keeps its running totals after each of its last step's levels (top down):
+        when it read step - 1 last, the levels this step shares with that one from the top
+        (the plan's third field: consecutive steps differ in their low levels) are not read
+        again, their total is taken as it was (the same additions of the same values)."""
         plans = self._cache.get("node_plans")
         if plans is None:
             plans = self._cache["node_plans"] = {}
@@ -293,32 +302,59 @@ class TreeMechanism(ContinualMechanism):
         if plan is None:
             if len(plans) >= _NODE_PLAN_STEPS:
                 plans.clear()
-            plan = plans[step] = self._node_plan(step)
+            plan = plans[step] = self._shared_plan(step, plans.get(step - 1))
         if plan is False:
             return self._unit_noise_one_generic(step)
         views = self._node_views()
         stream = self.stream
         kind = type(stream)
-        total = 0.0
+        memo = self._totals
+        if (memo is not None and memo[2] == step - 1 and memo[1] is stream
+                and memo[0] is self.noise_source):  # `is`: the same immutable stream
+            at, totals = plan[2], memo[3]
+            del totals[at:]
+            total = totals[at - 1] if at else 0.0
+            groups = plan[1][at:] if at else plan[1]
+        else:
+            totals, total, groups = [], 0.0, plan[1]
+            memo = self._totals = [self.noise_source, stream, None, totals]
+        memo[2] = None  # not a step's totals until this one is done
         if plan[0]:  # one node per used level, added as it is
-            for level, block, offset in plan[1]:
+            for level, block, offset in groups:
                 view = views.get((kind, stream, level, block))
                 if view is None or len(view) <= offset:  # not derived (this far) yet
                     view = self._missed_view(step, level, block, offset)
                 total = total + view[offset]
-            return total
-        for negative, nodes in plan[1]:
-            picked = None
-            for level, block, offset, factor in nodes:
-                view = views.get((kind, stream, level, block))
-                if view is None or len(view) <= offset:
-                    view = self._missed_view(step, level, block, offset)
-                value = view[offset]
-                if factor is not None:
-                    value = value * factor
-                picked = value if picked is None else picked + value
-            total = total + (-picked if negative else picked)
+                totals.append(total)
+        else:
+            for negative, nodes in groups:
+                picked = None
+                for level, block, offset, factor in nodes:
+                    view = views.get((kind, stream, level, block))
+                    if view is None or len(view) <= offset:
+                        view = self._missed_view(step, level, block, offset)
+                    value = view[offset]
+                    if factor is not None:
+                        value = value * factor
+                    picked = value if picked is None else picked + value
+                total = total + (-picked if negative else picked)
+                totals.append(total)
+        memo[2] = step
         return total
+
+    def _shared_plan(self, step: int, before):
+        """`_node_plan(step)` and how many of its levels (from the top) are those of
+        `before`, the plan of step - 1 (or None): (simple, groups, shared), or False."""
+        plan = self._node_plan(step)
+        if plan is False:
+            return False
+        groups, shared = plan[1], 0
+        if before:
+            previous = before[1]
+            limit = min(len(groups), len(previous))
+            while shared < limit and groups[shared] == previous[shared]:
+                shared += 1
+        return plan[0], groups, shared
 
     def _missed_view(self, step: int, level: int, block: int, at: int):
         """The view of block `block` of `level` holding node `at` of it, which this stream's
