@@ -133,7 +133,7 @@ class ReleaseConfig:
 
 _CACHED_KEYS = 1 << 16
 _CACHED_STREAMS = 1 << 12  # per-key mechanism copies kept by `RecordMaker.streamer`
-_COUNTER_FORMAT = CounterState._FORMAT
+_COUNTER_FORMAT, _COUNTER_VERSION = CounterState._FORMAT, CounterState._VERSION
 _SEALED_COUNTER = 16 + _COUNTER_FORMAT.size  # a sealed CounterState: 16-byte tag + 17 bytes
 
 
@@ -175,15 +175,22 @@ class RecordMaker:
     def seal(self, key, state) -> bytes:
         return self._tag(key) + state.to_bytes()
 
+    @staticmethod
+    def _sealed_counter(tag: bytes, data) -> Optional[Tuple[int, float]]:
+        """(steps, running total) of a CounterState sealed under `tag`, or None for any other
+        data: the tag check of `restore` and the length and version checks of
+        `CounterState.from_bytes`, then its fields unpacked."""
+        if type(data) is bytes and len(data) == _SEALED_COUNTER \
+                and data[16] == _COUNTER_VERSION and data.startswith(tag):
+            return _COUNTER_FORMAT.unpack_from(data, 16)[1:]
+        return None
+
     def restore(self, key, data: bytes):
         """A stored state, refused unless this release, secret and key wrote it."""
         tag = self._tags.get(key) or self._tag(key)
-        if type(data) is bytes and len(data) == _SEALED_COUNTER and data[16] == 1 \
-                and data.startswith(tag):
-            # the checks below, then CounterState.from_bytes of the same 17 bytes (version 1)
-            # without its generic checks (the length and version are the ones it checks)
-            _, steps, total = _COUNTER_FORMAT.unpack_from(data, 16)
-            return counter_state(steps, total)
+        fields = self._sealed_counter(tag, data)
+        if fields is not None:
+            return counter_state(*fields)
         if bytes(data[:len(tag)]) != tag:
             fail("state", f"state of release {self.config.release_id} for key "
                           f"{key_text(key)!r} (a state of another release, secret or key would "
@@ -196,13 +203,13 @@ class RecordMaker:
         `at`. A sealed CounterState takes `step_counter` on the unpacked fields, without
         building state objects: the same checks, the same values and the same bytes."""
         tag = self._tags.get(key) or self._tag(key)
-        if type(data) is bytes and len(data) == _SEALED_COUNTER and data[16] == 1 \
-                and data.startswith(tag):  # as `restore`
-            _, steps, total = _COUNTER_FORMAT.unpack_from(data, 16)
-            if steps == at:
-                found = self.streamer(key).step_counter(steps, total, value)
-                if found is not None:
-                    return found[0], tag + _COUNTER_FORMAT.pack(1, steps + 1, found[1])
+        fields = self._sealed_counter(tag, data)
+        if fields is not None and fields[0] == at:
+            steps = fields[0]
+            found = self.streamer(key).step_counter(steps, fields[1], value)
+            if found is not None:
+                return found[0], tag + _COUNTER_FORMAT.pack(_COUNTER_VERSION, steps + 1,
+                                                             found[1])
         state = self.restore(key, data)
         if state.steps != at:
             raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step "
