@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any, Optional, Protocol, Tuple
 
 from transforms.mechanisms import make
@@ -197,16 +198,19 @@ class RecordMaker:
                           f"re-draw published noise)", "another state")
         return state_from_bytes(bytes(data[len(tag):]))
 
-    def step_sealed(self, key, data: bytes, value, at: int) -> Tuple[float, bytes]:
+    def step_sealed(self, key, data: bytes, partials, at: int) -> Tuple[float, bytes]:
         """Release step `at` of `key` from its sealed state: (out, the new sealed state) of
-        `streamer(key).step(restore(key, data), value)`, refused unless the state is at step
-        `at`. A sealed CounterState takes `step_counter` on the unpacked fields, without
-        building state objects: the same checks, the same values and the same bytes."""
+        `streamer(key).step(restore(key, data), fsum(partials))` (`partials`: the step's exact
+        partial sums, or None for none), refused unless the state is this key's and at step
+        `at`, before the sum is taken. A sealed CounterState takes `step_counter` on the
+        unpacked fields, without building state objects: the same checks, the same values
+        and the same bytes."""
         tag = self._tags.get(key) or self._tag(key)
         fields = self._sealed_counter(tag, data)
         if fields is not None and fields[0] == at:
             steps = fields[0]
-            found = self.streamer(key).step_counter(steps, fields[1], value)
+            found = self.streamer(key).step_counter(
+                steps, fields[1], math.fsum(partials) if partials else 0.0)
             if found is not None:
                 return found[0], tag + _COUNTER_FORMAT.pack(_COUNTER_VERSION, steps + 1,
                                                              found[1])
@@ -214,7 +218,7 @@ class RecordMaker:
         if state.steps != at:
             raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step "
                                f"{state.steps}, its release state at {at}")
-        out, state = self.streamer(key).step(state, value)
+        out, state = self.streamer(key).step(state, math.fsum(partials) if partials else 0.0)
         return out, self.seal(key, state)
 
     def streamer(self, key):
@@ -250,6 +254,7 @@ class RecordMaker:
     def _iso(self, seconds: float) -> str:
         """`TimeSteps.iso`, cached (a step's start is the previous step's end: formatting a
         time costs more than a step's other public fields together)."""
+        seconds = float(seconds)  # a numpy float's repr would differ beyond the year 9999
         isos = self._isos
         found = isos.get(seconds)
         if found is None:

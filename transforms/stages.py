@@ -1239,9 +1239,8 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"layout); releasing again from step 0 would repeat its noise "
                                f"on other data")
         maker, step = self.maker, released
-        partials = pending.pop(step, None)
-        out, sealed = maker.step_sealed(key, sealed, math.fsum(partials) if partials else 0.0,
-                                        step)
+        out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
+        pending.pop(step, None)  # only once the state passed its checks
         state.write((sealed, step + 1, stop, pending))
         if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
             timer.set(self._step_times(step + 1)[1])

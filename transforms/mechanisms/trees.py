@@ -295,6 +295,12 @@ class TreeMechanism(ContinualMechanism):
         when it read step - 1 last, the levels this step shares with that one from the top
         (the plan's third field: consecutive steps differ in their low levels) are not read
         again, their total is taken as it was (the same additions of the same values)."""
+        if type(step) is not int or not 0 < step <= self.horizon:
+            # plans and kept totals hold the steps 1..T as Python ints only (a numpy step
+            # would put numpy fields in the plan every stream shares)
+            if not 0 < step <= self.horizon:
+                check.fail("step", f"in 1..{self.horizon}", step)
+            return self._unit_noise_one_generic(step)
         plans = self._cache.get("node_plans")
         if plans is None:
             plans = self._cache["node_plans"] = {}
@@ -349,8 +355,8 @@ class TreeMechanism(ContinualMechanism):
         if plan is False:
             return False
         groups, shared = plan[1], 0
-        if before:
-            previous = before[1]
+        if before and before[0] == plan[0]:  # groups of one form: (level, block, offset) or
+            previous = before[1]             # (negative, nodes)
             limit = min(len(groups), len(previous))
             while shared < limit and groups[shared] == previous[shared]:
                 shared += 1
