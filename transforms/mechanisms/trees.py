@@ -36,6 +36,7 @@ _NODE_PLAN_STEPS = 1 << 12
 # A stream's step that reads a node not derived yet derives the nodes its next PREFETCH_STEPS
 # steps read, on every level, in one noise source call (`TreeMechanism._prefetch`).
 PREFETCH_STEPS = DRAW_BLOCK
+_SEEN_ONCE = 1  # a step asked for once, read directly: no plan yet (plans are tuples or False)
 
 
 def _smallest_height(max_digit: int, k: int, horizon: int) -> int:
@@ -291,6 +292,10 @@ class TreeMechanism(ContinualMechanism):
         (`_node_views`): the same values, additions and order, so the same float bit for bit
         (tests/test_streaming_perf_paths.py).
 
+        A step's first stream reads its nodes as it finds them (`_unit_noise_direct`: no plan
+        is built for one stream stepping alone) unless the step before was planned (streams
+        stepping together); its second stream builds the plan.
+
         A stream keeps its running totals after each of its last step's levels (top down):
         when it read step - 1 last, the levels this step shares with that one from the top
         (the plan's third field: consecutive steps differ in their low levels) are not read
@@ -308,6 +313,12 @@ class TreeMechanism(ContinualMechanism):
         if plan is None:
             if len(plans) >= _NODE_PLAN_STEPS:
                 plans.clear()
+            before = plans.get(step - 1)
+            if type(before) is not tuple:  # one stream stepping: its nodes read as found
+                plans[step] = _SEEN_ONCE
+                return self._unit_noise_direct(step)
+            plan = plans[step] = self._shared_plan(step, before)  # streams stepping together
+        elif type(plan) is int:  # a second stream at this step
             plan = plans[step] = self._shared_plan(step, plans.get(step - 1))
         if plan is False:
             return self._unit_noise_one_generic(step)
@@ -355,8 +366,9 @@ class TreeMechanism(ContinualMechanism):
         if plan is False:
             return False
         groups, shared = plan[1], 0
-        if before and before[0] == plan[0]:  # groups of one form: (level, block, offset) or
-            previous = before[1]             # (negative, nodes)
+        # groups of one form only: (level, block, offset) or (negative, nodes)
+        if type(before) is tuple and before[0] == plan[0]:
+            previous = before[1]
             limit = min(len(groups), len(previous))
             while shared < limit and groups[shared] == previous[shared]:
                 shared += 1
@@ -403,6 +415,62 @@ class TreeMechanism(ContinualMechanism):
             wanted = prefetch[step] = tuple((level, block, need)
                                             for (level, block), need in needs.items())
         self._derive_blocks(wanted)
+
+    def _plan_digits(self, step: int):
+        """(the k-ary plan, the balanced digits of `step`'s prefix leaves, lowest level
+        first); None without a plan."""
+        plan = self._cache.get("one_plan")
+        if plan is None:
+            plan = self._one_plan()
+        if plan is False:
+            return None
+        k, low, height = plan[0], plan[1], plan[2]
+        rest, digits = self._prefix_leaves_one(step), []
+        for _ in range(height):
+            digit = (rest - low) % k + low
+            rest = (rest - digit) // k
+            digits.append(digit)
+        return plan, digits
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`_unit_noise_one` without a plan: `_node_plan`'s nodes read and added as they are
+        found (a step only one stream asks for)."""
+        found = self._plan_digits(step)
+        if found is None:
+            return self._unit_noise_one_generic(step)
+        (k, low, height, powers, unused, prune, horizon), digits = found
+        views = self._node_views()
+        stream = self.stream
+        kind, block_size = type(stream), DRAW_BLOCK
+        total, position = 0.0, 0
+        for level in range(height - 1, -1, -1):
+            digit = digits[level]
+            if digit == 0:
+                continue
+            size = powers[level]
+            parent = position // powers[level + 1] - (digit < 0)
+            if parent < 0:
+                return self._unit_noise_one_generic(step)  # the source refuses it
+            if digit > 0:
+                first, order = parent * (k - 1), range(digit)
+            else:
+                first, order = parent * (k - 1) - 1, range(k - 1, k - 1 + digit, -1)
+            masked = prune and (parent * k + k - 1) * size >= horizon
+            picked = None
+            for i in order:
+                index = first + i
+                block = index // block_size
+                at = index - block * block_size
+                view = views.get((kind, stream, level, block))
+                if view is None or len(view) <= at:
+                    view = self._missed_view(step, level, block, at)
+                value = view[at]
+                if masked and (parent * k + i) * size >= horizon:
+                    value = value * 0.0
+                picked = value if picked is None else picked + value
+            total = total + (picked if digit > 0 else -picked)
+            position = position + digit * size
+        return total
 
     def _node_plan(self, step: int):
         """The nodes `_unit_noise_one_generic` adds for `step`, in its order: (True, ((level,
@@ -897,6 +965,33 @@ class SmoothBinary(TreeMechanism):
                     ones -= 1
                     bits.append(bit)
         return plan, half, bits
+
+    def _unit_noise_direct(self, step: int) -> float:
+        """`TreeMechanism._unit_noise_direct` for the smooth tree: `_node_plan`'s nodes read
+        and added as they are found."""
+        found = self._set_bits(step)
+        if found is None:
+            return self._unit_noise_one_generic(step)
+        (height, combs, terms, prune), half, bits = found
+        views = self._node_views()
+        stream = self.stream
+        kind, block_size = type(stream), DRAW_BLOCK
+        total = 0.0
+        for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
+            table = terms[level]
+            index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
+            for i in range(j):
+                index += table[bits[i] - level - 1][i]
+            block = index // block_size
+            at = index - block * block_size
+            view = views.get((kind, stream, level, block))
+            if view is None or len(view) <= at:
+                view = self._missed_view(step, level, block, at)
+            value = view[at]
+            if prune:  # data free iff the bits of m below `level` are all ones
+                value = value * (0.0 if half - (j + 1) == level else 1.0)
+            total = total + value
+        return total
 
     def _node_plan(self, step: int):
         """`TreeMechanism._node_plan` for `_unit_noise_one_generic` below: per level whose bit of
