@@ -281,16 +281,25 @@ def test_tree_scalar_noise_is_the_batch_noise_bit_for_bit(name, params):
                     assert not np.array_equal(batch[0], batch[1])
 
 
+@pytest.mark.parametrize("plan_steps", [None, 3])
 @pytest.mark.parametrize("name,params", TREES)
-def test_reused_level_totals_follow_any_order_of_steps_streams_and_sources(name, params):
+def test_reused_level_totals_follow_any_order_of_steps_streams_and_sources(name, params,
+                                                                           plan_steps,
+                                                                           monkeypatch):
     """A stream reuses its last step's running totals only at the next step, of the same
     stream and noise source: random walks of steps (mostly the next one; also repeats, jumps
     back and ahead), stream copies made from a stream mid-walk (they inherit its totals),
     copies of the same stream object, and a swapped noise source all get the batch noise of
-    their own stream and source, bit for bit."""
+    their own stream and source, bit for bit; so does a stream walking alone (its nodes read
+    directly, its totals reused by digits) with swapped sources. With a plan cache of 3
+    steps (cleared all the time), a stream's planned and direct steps alternate."""
+    from transforms.mechanisms import trees
+    if plan_steps is not None:
+        monkeypatch.setattr(trees, "_NODE_PLAN_STEPS", plan_steps)
     rng = random.Random(f"{name}{params}")
     horizon = 300
-    for noise in ("discrete", "float"):
+    for noise, alone in (("discrete", False), ("float", False), ("discrete", True),
+                         ("float", True)):
         mechanism = make(name, horizon, epsilon=1.0, noise=noise, seed=7, **params)
         other = make(name, horizon, epsilon=1.0, noise=noise, seed=8, **params)
         names = ["a", 1, b"a", "t2"]
@@ -300,11 +309,14 @@ def test_reused_level_totals_follow_any_order_of_steps_streams_and_sources(name,
             other_stream = other.for_stream(key)
             other_stream.noise_source = other.noise_source
             batch[(key, 2)] = other_stream._unit_noise(0, horizon)
-        walkers = [[mechanism.for_stream(key), key, 1, rng.randrange(horizon)] for key in names]
+        walkers = [[mechanism.for_stream(key), key, 1, rng.randrange(horizon)]
+                   for key in (names[:1] if alone else names)]
         for _ in range(1500):
             walker = rng.choice(walkers)
             stream, key, source, step = walker
             move = rng.random()
+            if alone and move < 0.08:  # one stream alone: its nodes read directly
+                move = 0.5
             if move < 0.05:  # a copy of another stream, made from this one mid-walk
                 key = rng.choice(names)
                 walkers.append([stream.for_stream(key), key, source, step])

@@ -268,8 +268,7 @@ class TreeMechanism(ContinualMechanism):
         """(L z)[start] for `step`: `_unit_noise(start, 1)[0]` is this very float."""
         return self._unit_noise_one(start + 1)
 
-    # a stream's (noise source, stream, step, running totals per level) of its last scalar
-    # step (`_unit_noise_one`); None: none yet
+    # a stream's kept totals of its last scalar step (`_step_totals`); None: none yet
     _totals: Optional[list] = None
 
     def _one_plan(self):
@@ -325,17 +324,15 @@ class TreeMechanism(ContinualMechanism):
         views = self._node_views()
         stream = self.stream
         kind = type(stream)
-        memo = self._totals
-        if (memo is not None and memo[2] == step - 1 and memo[1] is stream
-                and memo[0] is self.noise_source):  # `is`: the same immutable stream
-            at, totals = plan[2], memo[3]
+        memo, kept, _ = self._step_totals(step)
+        totals = memo[3]
+        if kept:
+            at = plan[2]
             del totals[at:]
             total = totals[at - 1] if at else 0.0
             groups = plan[1][at:] if at else plan[1]
         else:
-            totals, total, groups = [], 0.0, plan[1]
-            memo = self._totals = [self.noise_source, stream, None, totals]
-        memo[2] = None  # not a step's totals until this one is done
+            total, groups = 0.0, plan[1]
         if plan[0]:  # one node per used level, added as it is
             for level, block, offset in groups:
                 view = views.get((kind, stream, level, block))
@@ -358,6 +355,23 @@ class TreeMechanism(ContinualMechanism):
                 totals.append(total)
         memo[2] = step
         return total
+
+    def _step_totals(self, step: int):
+        """(this stream's kept totals, whether they are those of step - 1, the digits the
+        direct path noted for them or None): [noise source, stream, step, running totals after
+        each used level from the top, digits]. Kept only for the same source and stream
+        object (`is`: the same immutable stream, so the same node values); marked as no
+        step's, without digits, until the caller sets them (a step that raises leaves nothing
+        to reuse)."""
+        memo = self._totals
+        stream, source = self.stream, self.noise_source
+        kept = memo is not None and memo[2] == step - 1 and memo[1] is stream \
+            and memo[0] is source
+        if not kept:
+            memo = self._totals = [source, stream, None, [], None]
+        marks = memo[4] if kept else None
+        memo[2] = memo[4] = None
+        return memo, kept, marks
 
     def _shared_plan(self, step: int, before):
         """`_node_plan(step)` and how many of its levels (from the top) are those of
@@ -442,8 +456,21 @@ class TreeMechanism(ContinualMechanism):
         views = self._node_views()
         stream = self.stream
         kind, block_size = type(stream), DRAW_BLOCK
-        total, position = 0.0, 0
-        for level in range(height - 1, -1, -1):
+        total, position, top = 0.0, 0, height - 1
+        memo, kept, before = self._step_totals(step)
+        totals = memo[3]
+        if before is not None:  # the levels above the highest changed digit
+            shared = 0
+            while top >= 0 and digits[top] == before[top]:
+                if digits[top]:
+                    shared += 1
+                    position = position + digits[top] * powers[top]
+                top -= 1
+            del totals[shared:]
+            total = totals[shared - 1] if shared else 0.0
+        else:
+            del totals[:]
+        for level in range(top, -1, -1):
             digit = digits[level]
             if digit == 0:
                 continue
@@ -469,7 +496,9 @@ class TreeMechanism(ContinualMechanism):
                     value = value * 0.0
                 picked = value if picked is None else picked + value
             total = total + (picked if digit > 0 else -picked)
+            totals.append(total)
             position = position + digit * size
+        memo[2], memo[4] = step, digits
         return total
 
     def _node_plan(self, step: int):
@@ -976,8 +1005,19 @@ class SmoothBinary(TreeMechanism):
         views = self._node_views()
         stream = self.stream
         kind, block_size = type(stream), DRAW_BLOCK
-        total = 0.0
-        for j, level in enumerate(bits):  # the levels whose bit is 1, from the top
+        total, shared = 0.0, 0
+        memo, kept, before = self._step_totals(step)
+        totals = memo[3]
+        if before is not None:  # the set bits from the top this step shares with the last
+            limit = min(len(bits), len(before))
+            while shared < limit and bits[shared] == before[shared]:
+                shared += 1
+            del totals[shared:]
+            total = totals[shared - 1] if shared else 0.0
+        else:
+            del totals[:]
+        for j in range(shared, len(bits)):  # the levels whose bit is 1, from the top
+            level = bits[j]
             table = terms[level]
             index = 0  # compact_index(level, m >> (level + 1)): the set bits above, top down
             for i in range(j):
@@ -991,6 +1031,8 @@ class SmoothBinary(TreeMechanism):
             if prune:  # data free iff the bits of m below `level` are all ones
                 value = value * (0.0 if half - (j + 1) == level else 1.0)
             total = total + value
+            totals.append(total)
+        memo[2], memo[4] = step, bits
         return total
 
     def _node_plan(self, step: int):
