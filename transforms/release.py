@@ -207,18 +207,21 @@ class RecordMaker:
         and the same bytes."""
         tag = self._tags.get(key) or self._tag(key)
         fields = self._sealed_counter(tag, data)
-        if fields is not None and fields[0] == at:
-            steps = fields[0]
-            found = self.streamer(key).step_counter(
-                steps, fields[1], math.fsum(partials) if partials else 0.0)
+        state = None
+        if fields is None or fields[0] != at:
+            state = self.restore(key, data)
+            if state.steps != at:
+                raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step "
+                                   f"{state.steps}, its release state at {at}")
+        value = math.fsum(partials) if partials else 0.0
+        stream = self.streamer(key)
+        if state is None:
+            found = stream.step_counter(fields[0], fields[1], value)
             if found is not None:
-                return found[0], tag + _COUNTER_FORMAT.pack(_COUNTER_VERSION, steps + 1,
+                return found[0], tag + _COUNTER_FORMAT.pack(_COUNTER_VERSION, fields[0] + 1,
                                                              found[1])
-        state = self.restore(key, data)
-        if state.steps != at:
-            raise RuntimeError(f"key {key_text(key)!r}: its sealed state is at step "
-                               f"{state.steps}, its release state at {at}")
-        out, state = self.streamer(key).step(state, math.fsum(partials) if partials else 0.0)
+            state = counter_state(*fields)
+        out, state = stream.step(state, value)
         return out, self.seal(key, state)
 
     def streamer(self, key):

@@ -328,8 +328,7 @@ class TreeMechanism(ContinualMechanism):
         totals = memo[3]
         if kept:
             at = plan[2]
-            del totals[at:]
-            total = totals[at - 1] if at else 0.0
+            total = self._total_after(totals, at)
             groups = plan[1][at:] if at else plan[1]
         else:
             total, groups = 0.0, plan[1]
@@ -372,6 +371,13 @@ class TreeMechanism(ContinualMechanism):
         marks = memo[4] if kept else None
         memo[2] = memo[4] = None
         return memo, kept, marks
+
+    @staticmethod
+    def _total_after(totals: list, shared: int) -> float:
+        """The running total after the first `shared` used levels of the kept `totals` (+0.0
+        for none, where every step's total starts), the later ones dropped."""
+        del totals[shared:]
+        return totals[shared - 1] if shared else 0.0
 
     def _shared_plan(self, step: int, before):
         """`_node_plan(step)` and how many of its levels (from the top) are those of
@@ -466,8 +472,7 @@ class TreeMechanism(ContinualMechanism):
                     shared += 1
                     position = position + digits[top] * powers[top]
                 top -= 1
-            del totals[shared:]
-            total = totals[shared - 1] if shared else 0.0
+            total = self._total_after(totals, shared)
         else:
             del totals[:]
         for level in range(top, -1, -1):
@@ -1012,8 +1017,7 @@ class SmoothBinary(TreeMechanism):
             limit = min(len(bits), len(before))
             while shared < limit and bits[shared] == before[shared]:
                 shared += 1
-            del totals[shared:]
-            total = totals[shared - 1] if shared else 0.0
+            total = self._total_after(totals, shared)
         else:
             del totals[:]
         for j in range(shared, len(bits)):  # the levels whose bit is 1, from the top
