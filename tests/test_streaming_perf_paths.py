@@ -177,6 +177,52 @@ def test_streaming_truncation_equals_advance_unit(name, seed, count):
             assert struct.pack("<d", ref.value) == struct.pack("<d", new.value)
 
 
+def test_a_unit_flushed_before_its_events_step_end_keeps_them():
+    """A firing before the buffered events' step end (a runner may fire a timer set for an
+    earlier step) emits nothing and keeps them, held in the progress cell or in the bag;
+    their own firing then truncates them as `advance_unit` does."""
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    for events in ([(4, ("a", 1.0))], [(4, ("a", 1.0)), (4, ("b", 1.0)), (6, ("a", 1.0))]):
+        fn = TruncateStreamingFn(problem, STEPS, False)
+        fn.setup()
+        cells = Cells()
+        for step, payload in events:
+            micros = int(round(STEPS.start(step) * 1e6))
+            assert not list(fn.process(("u", (step, micros, payload)),
+                                       **cells.bind(fn.process)) or [])
+        early = Timestamp(micros=int(round(STEPS.end(2) * 1e6)))
+        assert list(fn.flush(fire=early, **cells.bind(fn.flush, key="u"))) == []
+        got = []
+        for step in sorted({step for step, _ in events}):
+            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)))
+            assert cells.timer.time == fire
+            got += [item.value for item in fn.flush(fire=fire, **cells.bind(fn.flush, key="u"))]
+        by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
+        reference = advance_unit(problem, "u", problem.init_state(), by_step,
+                                 steps_to_run(problem, by_step, 0, 7))
+        assert got == [((key, step), Delta(value))
+                       for key, step, value in reference.contributions]
+        assert len(got) == len(events)
+
+
+def test_fast_state_coder_is_fast_primitives_bit_for_bit():
+    """The truncation state's coder writes FastPrimitivesCoder's bytes and reads back the
+    same types (an int stays an int, -0.0 keeps its sign), and pickles (Beam ships it)."""
+    import pickle
+    from apache_beam.coders import FastPrimitivesCoder
+    from transforms.stages import FastStateCoder
+    coder, reference = FastStateCoder(), FastPrimitivesCoder()
+    for value in [(0, None, None), (3, 5, (5, 1_700_000_000_123_456, ("a", 1.0))),
+                  (2 ** 40, -1, (True, 1, 1.0, -0.0, b"x", "\u00e9", ("g", (1, 2)))),
+                  (0.1, ()), [1, 2], {"k": [1.5]}, frozenset({1})]:
+        encoded = coder.encode(value)
+        assert encoded == reference.encode(value)
+        decoded = coder.decode(encoded)
+        assert decoded == value and repr(decoded) == repr(value)
+    copy = pickle.loads(pickle.dumps(coder))
+    assert copy == coder and copy.decode(coder.encode((1, "a"))) == (1, "a")
+
+
 def test_release_state_coder_round_trips_exactly():
     coder = ReleaseStateCoder()
     sealed = bytes(range(33))
