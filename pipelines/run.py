@@ -60,10 +60,11 @@ def ephemeral_secret():
 
 
 def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
-                    mechanism=None, secret_fingerprint=None, noise_source=None):
+                    mechanism=None, secret_fingerprint=None, noise_source=None,
+                    noise_version=None):
     """The configured transform. `secret` overrides the config's (`noise_source`: an injected
-    source instead, e.g. the report's exact totals); `release_id` and `mechanism` (name,
-    params) continue an existing release (the scheduler's ledger)."""
+    source instead, e.g. the report's exact totals); `release_id`, `mechanism` (name, params)
+    and `noise_version` continue an existing release (the scheduler's ledger)."""
     if secret is None and noise_source is None:
         if job.secret.stored:
             job_config.fail("secret.stored", "used with a state directory "
@@ -80,6 +81,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   secret_fingerprint=secret_fingerprint,
                   max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
                   **job.privacy.budget, **job.bounds)
+    if noise_version is not None:
+        kwargs["noise_version"] = noise_version
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys

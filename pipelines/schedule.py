@@ -42,6 +42,7 @@ import os
 import sys
 import time
 import uuid
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -65,6 +66,7 @@ def committed_manifest(state_dir, checkpoints, secret) -> str:
     start = checkpoints[-2][0] if len(checkpoints) > 1 else 0
     path = marker_path(state_dir, start)
     return verify_marker(read_json(path), secret, path)
+from transforms.mechanisms import noise
 from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
 from transforms.stages import StepWindow
 
@@ -99,6 +101,16 @@ def build(pipeline, job, transform, released, complete, previous, folder, listed
                 join(folder, "dead_letters"))]
 
 
+def started_noise_version(ledger: dict) -> Optional[str]:
+    """The noise derivation version a release started with (its descriptor's
+    `noise_derivation`, "v3/binary_tree/1"), if this code still derives it; else None (the
+    newest is built, and the descriptor check below refuses to continue)."""
+    descriptor = ledger.get("descriptor")
+    derivation = descriptor.get("noise_derivation") if isinstance(descriptor, dict) else None
+    version = derivation.split("/")[0] if isinstance(derivation, str) else None
+    return version if version in noise.NOISE_VERSIONS else None
+
+
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
@@ -121,7 +133,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         transform = job_run.build_transform(
             job, secret, release_id=ledger["release_id"],
             mechanism=(ledger["mechanism"], ledger["mechanism_params"]),
-            secret_fingerprint=secret_fingerprint)
+            secret_fingerprint=secret_fingerprint, noise_version=started_noise_version(ledger))
         if transform.descriptor != ledger["descriptor"]:
             changed = sorted(k for k in set(ledger["descriptor"]) | set(transform.descriptor)
                              if ledger["descriptor"].get(k) != transform.descriptor.get(k))

@@ -24,6 +24,7 @@ import apache_beam as beam
 from transforms import validation as check
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
+from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES,
                                            STATE_BUDGET, check_state_budget, choose, evaluate,
                                            over_budget_condition, within_budget)
@@ -154,7 +155,7 @@ class _ContinualBase(beam.PTransform):
                  secret_fingerprint: Optional[str] = None, noise_source=None,
                  release_delay_steps: int = 1,
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
-                 label: Optional[str] = None):
+                 noise_version: str = NOISE_DOMAIN_VERSION, label: Optional[str] = None):
         super().__init__(label)
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
@@ -195,6 +196,10 @@ class _ContinualBase(beam.PTransform):
                                  "insecure=True for demos and tests)", "seed")
         check.one_of("noise", noise, NOISE_KINDS)
         self.noise_kind = noise
+        # how node noise is derived: new releases take the newest; a release continues with
+        # the one it started with (the scheduler reads it from the ledger's descriptor)
+        check.one_of("noise_version", noise_version, NOISE_VERSIONS)
+        self.noise_version = noise_version
         self.private = not public
         self.diagnostics = check.boolean("diagnostics", diagnostics)
         if release_id is not None:
@@ -286,7 +291,8 @@ class _ContinualBase(beam.PTransform):
         params = resolved.params()
         self.descriptor = {
             "format": 2, "transform": type(self).__name__, "mechanism": name, "params": params,
-            "noise": resolved.noise_name, "noise_derivation": resolved.noise_derivation,
+            "noise": resolved.noise_name,
+            "noise_derivation": resolved.derivation_name(self.noise_version),
             "budget": total, "key_budget": key_privacy,
             "calibration": calibration.kind,
             "horizon": self.steps.horizon, "origin": self.steps.origin,
@@ -313,7 +319,8 @@ class _ContinualBase(beam.PTransform):
                              declaration.keys_per_unit, self.confidence, self.secret,
                              self.release_delay_steps, self.release_id, digest, self.noise_kind,
                              self.private, self.value_scale, self.diagnostics,
-                             resolved.integer_release, self._secret_fingerprint)
+                             resolved.integer_release, self._secret_fingerprint,
+                             self.noise_version)
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,
@@ -324,7 +331,9 @@ class _ContinualBase(beam.PTransform):
                 "interval_bound": self.config.interval_bound,
                 "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
                 "secret": self.secret.describe(), "calibration": self.calibration.kind,
-                "noise": self.descriptor["noise"], "release_id": self.release_id,
+                "noise": self.descriptor["noise"],
+                "noise_derivation": self.descriptor["noise_derivation"],
+                "release_id": self.release_id,
                 "private": self.private, "state_bytes_per_key": self.state_bytes_per_key,
                 STATE_BUDGET: self.max_state_bytes_per_key}
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})

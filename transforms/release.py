@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol, Tuple
 
 from transforms.mechanisms import make
 from transforms.mechanisms.base import CounterState, counter_state, state_from_bytes
-from transforms.mechanisms.noise import NoiseSource
+from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NoiseSource
 from transforms.steps import TimeSteps
 from transforms.validation import fail
 
@@ -24,7 +24,8 @@ class NoiseSecret(Protocol):
     `noise_source=`): resolved on the worker, never logged or written."""
     public: bool
 
-    def noise_source(self, release: bytes = b"") -> NoiseSource: ...
+    def noise_source(self, release: bytes = b"",
+                     version: str = NOISE_DOMAIN_VERSION) -> NoiseSource: ...
 
     def fingerprint(self) -> str: ...
 
@@ -39,7 +40,8 @@ class NoNoise:
     records private: false)."""
     public = True
 
-    def noise_source(self, release: bytes = b"") -> NoiseSource:
+    def noise_source(self, release: bytes = b"",
+                     version: str = NOISE_DOMAIN_VERSION) -> NoiseSource:
         from transforms.mechanisms.noise import ConstantNoiseSource
         return ConstantNoiseSource(0.0)
 
@@ -109,6 +111,7 @@ class ReleaseConfig:
     diagnostics: bool = False
     integer_values: bool = True  # the mechanism releases exact integers
     secret_fingerprint: Optional[str] = None  # checked on the worker (scheduled releases)
+    noise_version: str = NOISE_DOMAIN_VERSION  # the seam's derivation (`noise.NOISE_VERSIONS`)
 
     @property
     def release_binding(self) -> bytes:
@@ -118,7 +121,8 @@ class ReleaseConfig:
         return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
                     max_contributions=self.max_contributions,
                     interval_bound=self.interval_bound,
-                    noise_source=self.secret.noise_source(release=self.release_binding),
+                    noise_source=self.secret.noise_source(release=self.release_binding,
+                                                          version=self.noise_version),
                     noise=self.noise_kind, **dict(self.params))
 
     def checked_fingerprint(self) -> str:

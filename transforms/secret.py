@@ -16,7 +16,8 @@ import re
 from typing import Optional
 
 from transforms import validation as check
-from transforms.mechanisms.noise import KeyedNoiseSource, NoiseSource, seed_secret
+from transforms.mechanisms.noise import (NOISE_DOMAIN_VERSION, KeyedNoiseSource, NoiseSource,
+                                         seed_secret)
 
 # projects/<project id or number>/secrets/<secret id>/versions/<version number or latest>
 GCP_SECRET = re.compile(r"projects/(?:[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
@@ -109,6 +110,8 @@ class SecretRef:
         return hmac.new(self.secret_bytes(), b"dp-continual-release/fingerprint",
                         hashlib.sha256).hexdigest()
 
-    def noise_source(self, release: bytes = b"") -> NoiseSource:
-        """The keyed source bound to one release (its id and descriptor digest)."""
-        return KeyedNoiseSource(self.secret_bytes(), release=release)
+    def noise_source(self, release: bytes = b"",
+                     version: str = NOISE_DOMAIN_VERSION) -> NoiseSource:
+        """The keyed source bound to one release (its id and descriptor digest), deriving
+        noise as `version` (the release's: `noise.NOISE_VERSIONS`)."""
+        return KeyedNoiseSource(self.secret_bytes(), release=release, version=version)

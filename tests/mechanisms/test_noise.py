@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import pickle
+import struct
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from transforms.mechanisms.noise import (ConstantNoiseSource, KeyedNoiseSource, make_noise_source,
-                                         prefix_length,
-                                         stream_bytes)
+from transforms.mechanisms.noise import (NOISE_VERSIONS, ConstantNoiseSource, KeyedNoiseSource,
+                                         make_noise_source, prefix_length, stream_bytes)
 
 
 def test_same_node_same_noise_across_block_boundaries_and_access_patterns():
@@ -76,8 +76,15 @@ def test_constant_source_is_constant():
 
 # Digests of the seam's output over 9 blocks (the vectorised many-block path), computed with the
 # block-by-block implementation before it was vectorised: every node keeps its noise.
-SEAM_GOLDEN = {"laplace": "83a8302eb6eb3c24", "gaussian": "6f5122f1812d5555",
-               "discrete_laplace": "990b528ed30f078e", "discrete_gaussian": "4128889ae5055524"}
+# v4 (each chunk of 64 nodes its words, then its sign bits) was pinned when it was introduced,
+# its block-by-block reads checked against its whole blocks below. A release keeps its version.
+SEAM_GOLDEN = {("v3", "laplace"): "83a8302eb6eb3c24", ("v3", "gaussian"): "6f5122f1812d5555",
+               ("v3", "discrete_laplace"): "990b528ed30f078e",
+               ("v3", "discrete_gaussian"): "4128889ae5055524",
+               ("v4", "laplace"): "7c8134742886622a", ("v4", "gaussian"): "394c16d22156207b",
+               ("v4", "discrete_laplace"): "66cc1e29e95eead6",
+               ("v4", "discrete_gaussian"): "b9ddd8bfc8a5d8fc"}
+LAWS = ["discrete_gaussian", "discrete_laplace", "gaussian", "laplace"]
 
 
 def _seam_draw(source, law, start, count, level=5):
@@ -88,7 +95,7 @@ def _seam_draw(source, law, start, count, level=5):
     return source.unit_noise(law, "s", level, start, count)
 
 
-@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+@pytest.mark.parametrize("law", LAWS)
 def test_a_block_read_in_growing_prefixes_equals_the_whole_block(law):
     """A read of a block's first nodes derives only a prefix of it (`prefix_length`: 64, 128,
     ... nodes, the whole block beyond half of it), and a read needing more derives it again,
@@ -114,7 +121,7 @@ def test_prefix_length(need, length):
     assert prefix_length(need, 1024) == length
 
 
-@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+@pytest.mark.parametrize("law", LAWS)
 def test_a_source_with_blocks_smaller_than_a_prefix_reads_whole_blocks(law):
     """A block of 32 nodes is never cut below 64 nodes (found by an attack: the source
     refused its first short read)."""
@@ -127,24 +134,25 @@ def test_a_source_with_blocks_smaller_than_a_prefix_reads_whole_blocks(law):
                           .view(np.uint64), whole[:5].view(np.uint64))
 
 
-@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
-def test_many_block_derivation_is_unchanged_and_equals_block_by_block(law):
+@pytest.mark.parametrize("law", LAWS)
+@pytest.mark.parametrize("version", NOISE_VERSIONS)
+def test_many_block_derivation_is_unchanged_and_equals_block_by_block(law, version):
     import hashlib
-    source = KeyedNoiseSource(b"seam-golden", release=b"r")
+    source = KeyedNoiseSource(b"seam-golden", release=b"r", version=version)
     whole = _seam_draw(source, law, 1000, 9000)
     digest = hashlib.sha256(np.round(whole, 6).tobytes()).hexdigest()[:16]
-    assert digest == SEAM_GOLDEN[law]
+    assert digest == SEAM_GOLDEN[(version, law)]
     # the same nodes read through the small (cached, block-by-block) path, in random pieces
     rng = np.random.default_rng(7)
     cuts = np.unique(np.concatenate([[0, 9000], rng.integers(1, 9000, 12)]))
-    fresh = KeyedNoiseSource(b"seam-golden", release=b"r")
+    fresh = KeyedNoiseSource(b"seam-golden", release=b"r", version=version)
     pieces = np.concatenate([_seam_draw(fresh, law, 1000 + a, b - a)
                              for a, b in zip(cuts[:-1], cuts[1:])])
     assert np.array_equal(pieces.view(np.uint64), whole.view(np.uint64))
     # and one node at a time at block edges and in the middle
     for i in (0, 23, 24, 1047, 1048, 5000, 8999):
-        assert _seam_draw(KeyedNoiseSource(b"seam-golden", release=b"r"), law, 1000 + i,
-                          1)[0] == whole[i]
+        assert _seam_draw(KeyedNoiseSource(b"seam-golden", release=b"r", version=version),
+                          law, 1000 + i, 1)[0] == whole[i]
 
 
 def _law(law, tail_from=None):
@@ -159,7 +167,7 @@ def _law(law, tail_from=None):
     return law, "unit_noise_reads", "unit_noise"
 
 
-@pytest.mark.parametrize("law", sorted(SEAM_GOLDEN))
+@pytest.mark.parametrize("law", LAWS)
 @pytest.mark.parametrize("tail_from", [None, 1])
 @pytest.mark.parametrize("reads", [
     [(5, 2048, 64), (0, 0, 1024), (3, 1024, 128), (5, 0, 512), (13, 4096, 64)],  # prefixes
@@ -185,3 +193,49 @@ def test_reads_in_one_call_equal_the_same_reads_one_by_one(law, tail_from, reads
         assert np.array_equal(values.view(np.uint64), alone.view(np.uint64))
     assert ConstantNoiseSource(2.0).discrete_noise_reads(None, "s", reads)[0].tolist() == \
         [2.0] * reads[0][2]
+
+
+@pytest.mark.parametrize("version", NOISE_VERSIONS)
+def test_discrete_words_and_sign_bits_are_where_the_layout_says(version):
+    """Each node's word and sign bit are read from the bytes its version documents, for whole
+    blocks (one reshape), one prefix and mixed prefixes (row by row): v3 the block's words then
+    its sign bits; v4 per chunk of 64 nodes its words then their sign bits, so a prefix of m
+    nodes reads 520 ceil(m / 64) bytes of SHAKE instead of the whole block's 8320."""
+    from transforms.mechanisms import discrete
+    sampler = discrete.DiscreteSampler(discrete.DISCRETE_GAUSSIAN, 20.0)
+    source = KeyedNoiseSource(b"layout", release=b"r", version=version)
+    stream = stream_bytes("s")
+    sizes = []
+    digests = source._digests
+
+    def recording(prefix, blocks, lengths):
+        sizes.extend(lengths)
+        return digests(prefix, blocks, lengths)
+    source._digests = recording
+    n = source.BLOCK
+    whole = {(level, block): source._keyed.copy() for level, block in [(2, 0), (2, 1), (5, 3)]}
+    for (level, block), h in whole.items():
+        h.update(b"D" + struct.pack("<I", len(sampler.tag)) + sampler.tag
+                 + struct.pack("<I", len(stream)) + stream + struct.pack("<qq", level, block))
+    for prefixes in ([(2, 0, n), (2, 1, n)], [(5, 3, 64)], [(2, 0, 8), (5, 3, 200), (2, 1, n)]):
+        sizes.clear()
+        words, signs = (source._v3_bits if version == "v3" else source._chunked_bits)(
+            sampler, stream, prefixes)
+        top = np.ascontiguousarray(words).view("<u8").reshape(-1)
+        negative = np.unpackbits(np.ascontiguousarray(signs).reshape(-1), bitorder="little")
+        at = 0
+        for level, block, length in prefixes:
+            raw = whole[(level, block)].digest(8 * n + n // 8 + 520)
+            for i in range(length):
+                if version == "v3":
+                    word, sign = 8 * i, 8 * n + i // 8
+                else:
+                    chunk = 520 * (i // 64)
+                    word, sign = chunk + 8 * (i % 64), chunk + 512 + (i % 64) // 8
+                assert int(top[at + i]) == int.from_bytes(raw[word:word + 8], "little")
+                assert int(negative[at + i]) == (raw[sign] >> (i % 8)) & 1
+            at += length
+        assert at == top.shape[0] == negative.shape[0]
+        expected = [8 * n + n // 8 if version == "v3" else 520 * -(-length // 64)
+                    for _, _, length in prefixes]
+        assert sizes == expected

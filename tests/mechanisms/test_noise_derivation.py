@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from transforms.mechanisms import NAMES, make
+from transforms.mechanisms.noise import (NOISE_DOMAIN_VERSION, NOISE_VERSIONS, KeyedNoiseSource,
+                                         seed_secret)
 
 GOLDEN = {
     ('v3/binary_tree/1', 'epsilon'): '27bfbcd5cf02ee7b',
@@ -30,22 +32,37 @@ GOLDEN = {
     ('v3/naive_composition/1', 'rho'): '0dac7bfed83e4500',
     ('v3/input_perturbation/1', 'epsilon'): '02f39076750bafb3',
     ('v3/input_perturbation/1', 'rho'): '796f99aef908ab74',
+    # v4: a discrete block's sign bits per chunk of 64 nodes (pinned when introduced)
+    ('v4/binary_tree/1', 'epsilon'): '4342b664208dd238',
+    ('v4/binary_tree/1', 'rho'): '7ed736ee73105ad5',
+    ('v4/kary_tree/1', 'epsilon'): '4342b664208dd238',
+    ('v4/kary_tree/1', 'rho'): '7ed736ee73105ad5',
+    ('v4/kary_subtraction/1', 'epsilon'): '3235967dff5e2d0b',
+    ('v4/kary_subtraction/1', 'rho'): 'b886ba3edf326d91',
+    ('v4/smooth_binary/2', 'epsilon'): 'c8701829ed14a151',
+    ('v4/smooth_binary/2', 'rho'): '7c6aec96aae7f466',
+    ('v4/sqrt_toeplitz/1', 'rho'): '25186448f7fb9c6d',
+    ('v4/naive_composition/1', 'epsilon'): 'c926b6dc1fce18a2',
+    ('v4/naive_composition/1', 'rho'): 'fc94cc59eec26375',
+    ('v4/input_perturbation/1', 'epsilon'): '0340458668394486',
+    ('v4/input_perturbation/1', 'rho'): 'b88fb2a9f6b1dc15',
 }
 CASES = [(name, kind) for name in NAMES if name != "blt"  # blt: float noise only
          for kind in ("epsilon", "rho") if not (name == "sqrt_toeplitz" and kind == "epsilon")]
 
 
-def noise_digest(name: str, kind: str):
+def noise_digest(name: str, kind: str, version: str = NOISE_DOMAIN_VERSION):
     """The discrete (exact, platform-independent) release of zeros, seed 7, T = 40."""
-    mechanism = make(name, 40, seed=7, noise="discrete", **{kind: 1.0 if kind == "epsilon"
-                                                             else 0.5})
+    mechanism = make(name, 40, noise="discrete", **{kind: 1.0 if kind == "epsilon" else 0.5},
+                     noise_source=KeyedNoiseSource(seed_secret(7), version=version))
     values = np.round(np.asarray(mechanism.release(np.zeros(40))), 6)
     return mechanism.noise_derivation, hashlib.sha256(values.tobytes()).hexdigest()[:16]
 
 
+@pytest.mark.parametrize("version", NOISE_VERSIONS)
 @pytest.mark.parametrize("name,kind", CASES)
-def test_each_noise_derivation_still_derives_the_same_noise(name, kind):
-    derivation, digest = noise_digest(name, kind)
+def test_each_noise_derivation_still_derives_the_same_noise(name, kind, version):
+    derivation, digest = noise_digest(name, kind, version)
     assert (derivation, kind) in GOLDEN, (
         f"new noise derivation {derivation!r}: add it to GOLDEN (and keep the old entries)")
     assert GOLDEN[(derivation, kind)] == digest, (
@@ -57,8 +74,9 @@ def test_the_guard_sees_a_changed_noise(monkeypatch):
     from transforms.mechanisms import noise
     original = noise.KeyedNoiseSource.__init__
 
-    def other_domain(self, secret, cache_blocks=512, *, release=b""):
-        original(self, secret + b"!", cache_blocks, release=release)
+    def other_domain(self, secret, cache_blocks=512, *, release=b"",
+                     version=NOISE_DOMAIN_VERSION):
+        original(self, secret + b"!", cache_blocks, release=release, version=version)
     monkeypatch.setattr(noise.KeyedNoiseSource, "__init__", other_domain)
     derivation, digest = noise_digest("binary_tree", "rho")
     assert GOLDEN[(derivation, "rho")] != digest

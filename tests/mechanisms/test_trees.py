@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from transforms.mechanisms import ConstantNoiseSource, CounterState, make as make_mechanism
+from transforms.mechanisms.noise import KeyedNoiseSource, seed_secret
 from transforms.mechanisms.trees import EXACT_SENSITIVITY_LIMIT
 
 
@@ -519,7 +520,9 @@ def test_smooth_noise_of_each_node_is_unchanged():
             (1000, 0, {"epsilon": 1.0}, False, "6f65ca51f41e99f8", [3, -16, 42, 46, 9, 22]),
             (5000, 1, {"rho": 0.5}, True, "b77782249313d46b", [-2, -1, 2, 4, 2, -3]),
             (777, 2, {"epsilon": 0.5}, True, "149a23c51145f002", [-15, -9, -10, -45, -24, -32])):
-        mechanism = make_mechanism("smooth_binary", horizon, seed=seed, prune=prune, **privacy)
+        mechanism = make_mechanism("smooth_binary", horizon, prune=prune, **privacy,
+                                   noise_source=KeyedNoiseSource(seed_secret(seed),
+                                                                 version="v3"))
         assert mechanism.noise_derivation == "v3/smooth_binary/2"
         noise = mechanism.for_stream("golden").release(np.zeros(horizon))
         assert noise[:6].astype(int).tolist() == head

@@ -268,16 +268,46 @@ def test_runs_killed_at_any_point_converge_to_one_uninterrupted_run(tmp_path, mo
         records_of(final["records"])
 
 
-def test_code_that_derives_noise_differently_cannot_continue_a_release(tmp_path, monkeypatch,
-                                                                          capsys):
-    """After an upgrade that changes how node noise is derived, continuing the release would
-    publish a second noise of nodes already released (averaging them removes noise): the
-    descriptor names the derivation, and the resume is refused in one line."""
+def started_under_v3(monkeypatch):
+    """Transforms built without a noise version (a new release) derive v3 noise, as the code
+    before v4 did; undone by `monkeypatch.undo()`."""
+    build = job_run.build_transform
+
+    def old_code(*args, noise_version=None, **kwargs):
+        return build(*args, noise_version=noise_version or "v3", **kwargs)
+    monkeypatch.setattr(job_run, "build_transform", old_code)
+
+
+def test_a_release_started_under_v3_continues_under_v3(tmp_path, monkeypatch):
+    """A release started before noise v4 keeps deriving v3 noise after the upgrade (the
+    ledger's descriptor names it): the resumed records equal one continuous v3 run, not v4."""
     config = write_config(tmp_path)
     state = str(tmp_path / "state")
+    started_under_v3(monkeypatch)
     schedule.run_once(config, state, ORIGIN + 3 * HOUR)
+    v3 = continuous(tmp_path, config)
+    monkeypatch.undo()  # the upgrade
+    summary = schedule.run_once(config, state, ORIGIN + 12 * HOUR)
+    resumed = records_of(summary["records"])
+    assert len(resumed) == 4 * 12 and resumed == v3
+    assert resumed != continuous(tmp_path, config)  # a new release derives v4
+    ledger = json.load(open(glob.glob(os.path.join(state, "ckpt-*", checkpoints.LEDGER))[-1]))
+    assert ledger["descriptor"]["noise_derivation"].startswith("v3/")
+
+
+def test_code_that_derives_noise_differently_cannot_continue_a_release(tmp_path, monkeypatch,
+                                                                          capsys):
+    """After an upgrade that no longer derives a release's noise as it started (here: v3
+    dropped), continuing it would publish a second noise of nodes already released (averaging
+    them removes noise): the descriptor names the derivation, and the resume is refused in
+    one line."""
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    started_under_v3(monkeypatch)
+    schedule.run_once(config, state, ORIGIN + 3 * HOUR)
+    monkeypatch.undo()
     from transforms.mechanisms import noise
-    monkeypatch.setattr(noise, "NOISE_DOMAIN_VERSION", "v999")
+    monkeypatch.setattr(noise, "NOISE_VERSIONS", ("v4",))
     capsys.readouterr()
     code = schedule.main(["--config", config, "--state-dir", state, "--now",
                           "2026-01-05T07:00:00Z"])

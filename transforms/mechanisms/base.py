@@ -151,10 +151,14 @@ class ContinualMechanism(abc.ABC):
 
     @property
     def noise_derivation(self) -> str:
-        """How this code derives every node's noise: the seam's domain version and this
-        mechanism's node indexing (part of a release's descriptor)."""
-        from .noise import NOISE_DOMAIN_VERSION
-        return f"{NOISE_DOMAIN_VERSION}/{self.name}/{self.node_indexing}"
+        """How this mechanism derives every node's noise (`derivation_name` of its noise
+        source's version)."""
+        return self.derivation_name(self.noise_source.version)
+
+    def derivation_name(self, version: str) -> str:
+        """How node noise is derived under the seam's `version` (`noise.NOISE_VERSIONS`): the
+        version and this mechanism's node indexing (part of a release's descriptor)."""
+        return f"{version}/{self.name}/{self.node_indexing}"
 
     # ----- what subclasses define ------------------------------------------------------------
     @abc.abstractmethod

@@ -9,7 +9,9 @@ one hash call per aligned block of BLOCK nodes, and turned into
 Every field is length-prefixed (domain separation). `release` binds the noise to one release
 (its random id and descriptor digest): two releases never share noise, while the same node of the
 same release always gets the same noise in streaming, batch, retries and resumed runs; a node's
-noise is never re-drawn, only re-derived.
+noise is never re-drawn, only re-derived. The derivation has a version (`NOISE_VERSIONS`; new
+releases take `NOISE_DOMAIN_VERSION`), part of the domain and of the release's descriptor: a
+release is continued with the version it started with.
 
 A default source takes its secret from the OS (`secrets`); a fixed seed is used only when the
 caller passes one explicitly.
@@ -32,8 +34,13 @@ from .discrete import BitStream, DiscreteSampler
 from .privacy import GAUSSIAN, LAPLACE
 
 StreamKey = Union[str, bytes, int]
-NOISE_DOMAIN_VERSION = "v3"   # bump whenever any node's noise would change for the same key
-_DOMAIN = b"dp-continual-release/noise/" + NOISE_DOMAIN_VERSION.encode("ascii") + b"\x00"
+# the derivation of new releases; bump whenever any node's noise would change for the same key
+NOISE_DOMAIN_VERSION = "v4"
+# every derivation this code still derives: a release continues with the one it started with
+# (v3: a discrete block's sign bits follow all its words; v4: each chunk of SIGN_CHUNK nodes
+# has its words, then its sign bits)
+NOISE_VERSIONS = ("v3", "v4")
+SIGN_CHUNK = 64  # v4: nodes per chunk of a discrete block
 _DISTRIBUTION_TAG = {LAPLACE: b"L", GAUSSIAN: b"G"}
 
 
@@ -91,9 +98,15 @@ def _length_prefixed(*fields: bytes) -> bytes:
     return b"".join(struct.pack("<I", len(f)) + f for f in fields)
 
 
+def _domain(version: str) -> bytes:
+    return b"dp-continual-release/noise/" + version.encode("ascii") + b"\x00"
+
+
 class NoiseSource(abc.ABC):
     """Noise per node, keyed by (stream, level, index): unit Laplace(0, 1) / N(0, 1) floats, or
     integers from a discrete sampler."""
+
+    version: str = NOISE_DOMAIN_VERSION  # the derivation it implements (`NOISE_VERSIONS`)
 
     @abc.abstractmethod
     def unit_noise(self, distribution: str, stream: StreamKey, level: int, start: int,
@@ -126,14 +139,16 @@ class KeyedNoiseSource(NoiseSource):
     BLOCK = 1024  # nodes per hash call; even, so Box-Muller pairs never straddle blocks
 
     def __init__(self, secret: Union[bytes, str], cache_blocks: int = 4096, *,
-                 release: bytes = b""):
+                 release: bytes = b"", version: str = NOISE_DOMAIN_VERSION):
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
         if not isinstance(secret, bytes) or len(secret) == 0:
             check.fail("secret", "non-empty bytes or str", secret)
         if not isinstance(release, bytes):
             check.fail("release", "bytes (release id and descriptor digest)", release)
-        self._keyed = hashlib.shake_128(_DOMAIN + _length_prefixed(secret, release))
+        check.one_of("version", version, NOISE_VERSIONS)
+        self.version = version
+        self._keyed = hashlib.shake_128(_domain(version) + _length_prefixed(secret, release))
         self._cache: "collections.OrderedDict[tuple, np.ndarray]" = collections.OrderedDict()
         self._cache_blocks = cache_blocks
 
@@ -276,27 +291,19 @@ class KeyedNoiseSource(NoiseSource):
 
     def _discrete_prefixes(self, sampler: DiscreteSampler, stream: bytes,
                            prefixes: Sequence[Tuple[int, int, int]]) -> np.ndarray:
-        """Block b of `level` is SHAKE-128(key, "D", sampler, stream, level, b): BLOCK words
-        (the top 64 bits of each node's uniform), then BLOCK sign bits; node i's own stream
-        ("T", its index) gives the rarely needed low bits and exact tail. The first `length`
-        nodes of each block (a multiple of 8) come from the same words and sign bits (the
-        whole output is still read: the sign bits follow the words), all of them sampled in
-        one pass, element by element (the same values as block by block)."""
-        n = self.BLOCK
-        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
-                                [(level, block) for level, block, _ in prefixes],
-                                [8 * n + n // 8] * len(prefixes))
-        rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(prefixes),
-                                                                         8 * n + n // 8)
-        lengths = {length for _, _, length in prefixes}
-        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one slice of the rows
-            m = lengths.pop()
-            words, signs = rows[:, :8 * m], rows[:, 8 * n:8 * n + m // 8]
+        """Block b of `level` is SHAKE-128(key, "D", sampler, stream, level, b): each node's
+        word (the top 64 bits of its uniform) and sign bit; node i's own stream ("T", its
+        index) gives the rarely needed low bits and exact tail. The first `length` nodes of
+        each block (a multiple of 8) are sampled in one pass, element by element (the same
+        values as block by block). Where the sign bits are (`version`):
+        - v3: BLOCK words, then BLOCK sign bits (the whole output is read for any prefix);
+        - v4: chunks of SIGN_CHUNK nodes, each its words then its sign bits (a prefix reads
+          the chunks it covers: SHAKE's shorter reads are prefixes of its longer ones)."""
+        if self.version == "v3":
+            words, signs = self._v3_bits(sampler, stream, prefixes)
         else:
-            words = np.concatenate([row[:8 * length] for row, (_, _, length)
-                                    in zip(rows, prefixes)])
-            signs = np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
-                                    in zip(rows, prefixes)])
+            words, signs = self._chunked_bits(sampler, stream, prefixes)
+        n = self.BLOCK
         top = words.copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
         negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)
         starts = [0]
@@ -312,6 +319,49 @@ class KeyedNoiseSource(NoiseSource):
             return BitStream(node.digest)
 
         return sampler.sample(top, negative, node_bits).astype(np.float64)
+
+    def _v3_bits(self, sampler: DiscreteSampler, stream: bytes,
+                 prefixes: Sequence[Tuple[int, int, int]]) -> Tuple[np.ndarray, np.ndarray]:
+        """(words as bytes, sign bits as bytes) of the prefixes, v3 layout."""
+        n = self.BLOCK
+        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
+                                [(level, block) for level, block, _ in prefixes],
+                                [8 * n + n // 8] * len(prefixes))
+        rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(prefixes),
+                                                                         8 * n + n // 8)
+        lengths = {length for _, _, length in prefixes}
+        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one slice of the rows
+            m = lengths.pop()
+            return rows[:, :8 * m], rows[:, 8 * n:8 * n + m // 8]
+        return (np.concatenate([row[:8 * length] for row, (_, _, length)
+                                in zip(rows, prefixes)]),
+                np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
+                                in zip(rows, prefixes)]))
+
+    def _chunked_bits(self, sampler: DiscreteSampler, stream: bytes,
+                      prefixes: Sequence[Tuple[int, int, int]]) -> Tuple[np.ndarray, np.ndarray]:
+        """(words as bytes, sign bits as bytes) of the prefixes, v4 layout: node i's word at
+        byte 520 (i // 64) + 8 (i % 64) of its block's output, its sign at bit i % 8 of byte
+        520 (i // 64) + 512 + (i % 64) // 8 (SIGN_CHUNK = 64)."""
+        chunk = SIGN_CHUNK
+        size = 8 * chunk + chunk // 8
+        chunks = [-(-length // chunk) for _, _, length in prefixes]
+        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
+                                [(level, block) for level, block, _ in prefixes],
+                                [size * c for c in chunks])
+        lengths = {length for _, _, length in prefixes}
+        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one reshape
+            m = lengths.pop()
+            rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(
+                len(prefixes), chunks[0], size)
+            return (rows[:, :, :8 * chunk].reshape(len(prefixes), -1)[:, :8 * m],
+                    rows[:, :, 8 * chunk:].reshape(len(prefixes), -1)[:, :m // 8])
+        words, signs = [], []
+        for digest, count, (_, _, length) in zip(digests, chunks, prefixes):
+            row = np.frombuffer(digest, dtype=np.uint8).reshape(count, size)
+            words.append(row[:, :8 * chunk].reshape(-1)[:8 * length])
+            signs.append(row[:, 8 * chunk:].reshape(-1)[:length // 8])
+        return np.concatenate(words), np.concatenate(signs)
 
     def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
                          first: int, blocks: int) -> np.ndarray:
@@ -340,13 +390,14 @@ def seed_secret(seed: int) -> bytes:
 
 
 def make_noise_source(seed: Optional[int] = None, secret: Union[bytes, str, None] = None,
-                      release: bytes = b"") -> NoiseSource:
+                      release: bytes = b"", version: str = NOISE_DOMAIN_VERSION) -> NoiseSource:
     """The production source: OS secret by default, an explicit `seed` or `secret` if given;
-    `release` binds it to one release (see the module docstring)."""
+    `release` binds it to one release, `version` is its derivation (see the module
+    docstring)."""
     if seed is not None and secret is not None:
         check.fail("seed", "None when `secret` is given (pass at most one of them)", seed)
     if seed is not None:
-        return KeyedNoiseSource(seed_secret(seed), release=release)
-    if secret is not None:
-        return KeyedNoiseSource(secret, release=release)
-    return KeyedNoiseSource(_secrets.token_bytes(32), release=release)
+        secret = seed_secret(seed)
+    elif secret is None:
+        secret = _secrets.token_bytes(32)
+    return KeyedNoiseSource(secret, release=release, version=version)
