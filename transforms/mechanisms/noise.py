@@ -304,7 +304,8 @@ class KeyedNoiseSource(NoiseSource):
         else:
             words, signs = self._chunked_bits(sampler, stream, prefixes)
         n = self.BLOCK
-        top = words.copy().view("<u8").reshape(-1).astype(np.uint64, copy=False)
+        # one contiguous, aligned copy at most (the v4 layout's whole chunks are one already)
+        top = np.ascontiguousarray(words).view("<u8").reshape(-1).astype(np.uint64, copy=False)
         negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)
         starts = [0]
         for _, _, length in prefixes:
