@@ -58,6 +58,9 @@ from pipelines.checkpoints import (LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun, c
                                    verify_marker)
 from pipelines.commit import (CommitCheckpoint, NotCommitted, after_writes, guard, guarded,
                               staged_only)
+from transforms.mechanisms import noise
+from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
+from transforms.stages import StepWindow
 
 
 def committed_manifest(state_dir, checkpoints, secret) -> str:
@@ -66,9 +69,6 @@ def committed_manifest(state_dir, checkpoints, secret) -> str:
     start = checkpoints[-2][0] if len(checkpoints) > 1 else 0
     path = marker_path(state_dir, start)
     return verify_marker(read_json(path), secret, path)
-from transforms.mechanisms import noise
-from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
-from transforms.stages import StepWindow
 
 
 def build(pipeline, job, transform, released, complete, previous, folder, listed=None,
