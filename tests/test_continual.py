@@ -420,3 +420,24 @@ def test_blt_release_is_the_same_in_batch_and_streaming():
     assert batch == streaming and len(batch) == 2 * STEPS.horizon
     assert {r["mechanism"] for r in batch} == {"blt"}
     assert len(json.loads(batch[0]["mechanism_params"])["decay_gaps"]) == 3
+
+
+@pytest.mark.parametrize("version", ["v3", "v4"])
+def test_a_release_configuration_without_its_noise_version_is_refused(version):
+    """A worker derives the noise version its configuration names (pickled with the pipeline);
+    one pickled by code before noise versions names none (found by an attack: it fell back to
+    the newest version, a second noise for the release's nodes) and is refused."""
+    import pickle
+    from transforms import SecretRef, TimeSteps
+    from transforms.validation import ValidationError
+    transform = ContinualCount(steps=TimeSteps(0.0, 60.0, 8), public_keys=["a"], rho=0.5,
+                               mechanism="binary_tree", secret=SecretRef(seed=3),
+                               insecure=True, noise_version=version)
+    config = pickle.loads(pickle.dumps(transform.config))
+    assert config.build().noise_source.version == version
+    assert transform.descriptor["noise_derivation"] == f"{version}/binary_tree/1"
+    del config.__dict__["noise_version"]  # as unpickled from a configuration without it
+    with pytest.raises(ValidationError, match=r"^`noise_version` must be one of 'v3', 'v4' "
+                                              r"\(a release configuration built by code "
+                                              r"before noise versions has none.*; got None\.$"):
+        config.build()

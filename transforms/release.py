@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol, Tuple
 
 from transforms.mechanisms import make
 from transforms.mechanisms.base import CounterState, counter_state, state_from_bytes
-from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NoiseSource
+from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
 from transforms.steps import TimeSteps
 from transforms.validation import fail
 
@@ -111,13 +111,20 @@ class ReleaseConfig:
     diagnostics: bool = False
     integer_values: bool = True  # the mechanism releases exact integers
     secret_fingerprint: Optional[str] = None  # checked on the worker (scheduled releases)
-    noise_version: str = NOISE_DOMAIN_VERSION  # the seam's derivation (`noise.NOISE_VERSIONS`)
+    # the seam's derivation (`noise.NOISE_VERSIONS`); no default version: a configuration
+    # pickled by code before versions (a staged template run by newer workers) has none, and
+    # `build` refuses it rather than derive another version's noise for its release
+    noise_version: Optional[str] = None
 
     @property
     def release_binding(self) -> bytes:
         return bytes.fromhex(self.release_id) + bytes.fromhex(self.descriptor_digest)
 
     def build(self):
+        if self.noise_version not in NOISE_VERSIONS:
+            fail("noise_version", "one of " + ", ".join(map(repr, NOISE_VERSIONS)) + " (a "
+                 "release configuration built by code before noise versions has none: build "
+                 "the pipeline again with this code)", self.noise_version)
         return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
                     max_contributions=self.max_contributions,
                     interval_bound=self.interval_bound,
