@@ -350,13 +350,11 @@ class KeyedNoiseSource(NoiseSource):
         digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
                                 [(level, block) for level, block, _ in prefixes],
                                 [size * c for c in chunks])
-        lengths = {length for _, _, length in prefixes}
-        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one reshape
-            m = lengths.pop()
-            rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(
-                len(prefixes), chunks[0], size)
-            return (rows[:, :, :8 * chunk].reshape(len(prefixes), -1)[:, :8 * m],
-                    rows[:, :, 8 * chunk:].reshape(len(prefixes), -1)[:, :m // 8])
+        if all(length % chunk == 0 for _, _, length in prefixes):
+            # whole chunks (every `prefix_length` is): the prefixes' nodes in order are the
+            # chunks' in order, one reshape
+            rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, size)
+            return rows[:, :8 * chunk].reshape(-1), rows[:, 8 * chunk:].reshape(-1)
         words, signs = [], []
         for digest, count, (_, _, length) in zip(digests, chunks, prefixes):
             row = np.frombuffer(digest, dtype=np.uint8).reshape(count, size)
