@@ -730,7 +730,8 @@ class TruncateStreamingFn(beam.DoFn):
     buffered event itself while it is the only one: the one cell an event reads), the bag of
     buffered events when there are two or more, and the machine's state (read and written only
     at a step end). A unit has mostly one event per step, which then costs two state
-    operations at the event and four at its step end (progress, machine state), no bag."""
+    operations at the event and three or four at its step end (progress, machine state), no
+    bag."""
 
     # FastPrimitivesCoder (40% faster to encode than pickle)
     BUFFER = BagStateSpec("buffer", FastStateCoder())

@@ -102,6 +102,54 @@ def _domain(version: str) -> bytes:
     return b"dp-continual-release/noise/" + version.encode("ascii") + b"\x00"
 
 
+def _v3_bits(digests: Sequence[bytes], prefixes: Sequence[Tuple[int, int, int]],
+             n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(words as bytes, sign bits as bytes) of the prefixes ((level, block, length)) from their
+    blocks' SHAKE outputs, v3 layout: a block's n words, then its n sign bits."""
+    rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(prefixes),
+                                                                     8 * n + n // 8)
+    lengths = {length for _, _, length in prefixes}
+    if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one slice of the rows
+        m = lengths.pop()
+        return rows[:, :8 * m], rows[:, 8 * n:8 * n + m // 8]
+    return (np.concatenate([row[:8 * length] for row, (_, _, length) in zip(rows, prefixes)]),
+            np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
+                            in zip(rows, prefixes)]))
+
+
+def _v3_sizes(prefixes: Sequence[Tuple[int, int, int]], n: int) -> List[int]:
+    return [8 * n + n // 8] * len(prefixes)  # the whole block, whatever the prefix
+
+
+def _chunked_bits(digests: Sequence[bytes], prefixes: Sequence[Tuple[int, int, int]],
+                  n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(words as bytes, sign bits as bytes) of the prefixes, v4 layout: node i's word at byte
+    520 (i // 64) + 8 (i % 64) of its block's output, its sign at bit i % 8 of byte
+    520 (i // 64) + 512 + (i % 64) // 8 (SIGN_CHUNK = 64)."""
+    chunk = SIGN_CHUNK
+    size = 8 * chunk + chunk // 8
+    if all(length % chunk == 0 for _, _, length in prefixes):
+        # whole chunks (every `prefix_length` is): the prefixes' nodes in order are the
+        # chunks' in order, one reshape
+        rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, size)
+        return rows[:, :8 * chunk].reshape(-1), rows[:, 8 * chunk:].reshape(-1)
+    words, signs = [], []
+    for digest, (_, _, length) in zip(digests, prefixes):
+        row = np.frombuffer(digest, dtype=np.uint8).reshape(-1, size)
+        words.append(row[:, :8 * chunk].reshape(-1)[:8 * length])
+        signs.append(row[:, 8 * chunk:].reshape(-1)[:length // 8])
+    return np.concatenate(words), np.concatenate(signs)
+
+
+def _chunked_sizes(prefixes: Sequence[Tuple[int, int, int]], n: int) -> List[int]:
+    size = 8 * SIGN_CHUNK + SIGN_CHUNK // 8
+    return [size * -(-length // SIGN_CHUNK) for _, _, length in prefixes]  # its chunks
+
+
+# each version's discrete block layout: (SHAKE bytes to read per prefix, the split of them)
+_DISCRETE_LAYOUTS = {"v3": (_v3_sizes, _v3_bits), "v4": (_chunked_sizes, _chunked_bits)}
+
+
 class NoiseSource(abc.ABC):
     """Noise per node, keyed by (stream, level, index): unit Laplace(0, 1) / N(0, 1) floats, or
     integers from a discrete sampler."""
@@ -299,11 +347,12 @@ class KeyedNoiseSource(NoiseSource):
         - v3: BLOCK words, then BLOCK sign bits (the whole output is read for any prefix);
         - v4: chunks of SIGN_CHUNK nodes, each its words then its sign bits (a prefix reads
           the chunks it covers: SHAKE's shorter reads are prefixes of its longer ones)."""
-        if self.version == "v3":
-            words, signs = self._v3_bits(sampler, stream, prefixes)
-        else:
-            words, signs = self._chunked_bits(sampler, stream, prefixes)
         n = self.BLOCK
+        sizes, split = _DISCRETE_LAYOUTS[self.version]
+        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
+                                [(level, block) for level, block, _ in prefixes],
+                                sizes(prefixes, n))
+        words, signs = split(digests, prefixes, n)
         # one contiguous, aligned copy at most (the v4 layout's whole chunks are one already)
         top = np.ascontiguousarray(words).view("<u8").reshape(-1).astype(np.uint64, copy=False)
         negative = np.unpackbits(signs.reshape(-1), bitorder="little").view(bool)
@@ -320,47 +369,6 @@ class KeyedNoiseSource(NoiseSource):
             return BitStream(node.digest)
 
         return sampler.sample(top, negative, node_bits).astype(np.float64)
-
-    def _v3_bits(self, sampler: DiscreteSampler, stream: bytes,
-                 prefixes: Sequence[Tuple[int, int, int]]) -> Tuple[np.ndarray, np.ndarray]:
-        """(words as bytes, sign bits as bytes) of the prefixes, v3 layout."""
-        n = self.BLOCK
-        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
-                                [(level, block) for level, block, _ in prefixes],
-                                [8 * n + n // 8] * len(prefixes))
-        rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(prefixes),
-                                                                         8 * n + n // 8)
-        lengths = {length for _, _, length in prefixes}
-        if len(lengths) == 1:  # whole blocks (a batch), or one prefix: one slice of the rows
-            m = lengths.pop()
-            return rows[:, :8 * m], rows[:, 8 * n:8 * n + m // 8]
-        return (np.concatenate([row[:8 * length] for row, (_, _, length)
-                                in zip(rows, prefixes)]),
-                np.concatenate([row[8 * n:8 * n + length // 8] for row, (_, _, length)
-                                in zip(rows, prefixes)]))
-
-    def _chunked_bits(self, sampler: DiscreteSampler, stream: bytes,
-                      prefixes: Sequence[Tuple[int, int, int]]) -> Tuple[np.ndarray, np.ndarray]:
-        """(words as bytes, sign bits as bytes) of the prefixes, v4 layout: node i's word at
-        byte 520 (i // 64) + 8 (i % 64) of its block's output, its sign at bit i % 8 of byte
-        520 (i // 64) + 512 + (i % 64) // 8 (SIGN_CHUNK = 64)."""
-        chunk = SIGN_CHUNK
-        size = 8 * chunk + chunk // 8
-        chunks = [-(-length // chunk) for _, _, length in prefixes]
-        digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
-                                [(level, block) for level, block, _ in prefixes],
-                                [size * c for c in chunks])
-        if all(length % chunk == 0 for _, _, length in prefixes):
-            # whole chunks (every `prefix_length` is): the prefixes' nodes in order are the
-            # chunks' in order, one reshape
-            rows = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, size)
-            return rows[:, :8 * chunk].reshape(-1), rows[:, 8 * chunk:].reshape(-1)
-        words, signs = [], []
-        for digest, count, (_, _, length) in zip(digests, chunks, prefixes):
-            row = np.frombuffer(digest, dtype=np.uint8).reshape(count, size)
-            words.append(row[:, :8 * chunk].reshape(-1)[:8 * length])
-            signs.append(row[:, 8 * chunk:].reshape(-1)[:length // 8])
-        return np.concatenate(words), np.concatenate(signs)
 
     def _discrete_blocks(self, sampler: DiscreteSampler, stream: bytes, level: int,
                          first: int, blocks: int) -> np.ndarray:
