@@ -202,7 +202,7 @@ def test_discrete_words_and_sign_bits_are_where_the_layout_says(version):
     its sign bits; v4 per chunk of 64 nodes its words then their sign bits, so a prefix of m
     nodes reads 520 ceil(m / 64) bytes of SHAKE instead of the whole block's 8320."""
     from transforms.mechanisms import discrete
-    from transforms.mechanisms.noise import _DISCRETE_LAYOUTS
+    from transforms.mechanisms.noise import DISCRETE_LAYOUTS
     sampler = discrete.DiscreteSampler(discrete.DISCRETE_GAUSSIAN, 20.0)
     source = KeyedNoiseSource(b"layout", release=b"r", version=version)
     stream = stream_bytes("s")
@@ -224,7 +224,7 @@ def test_discrete_words_and_sign_bits_are_where_the_layout_says(version):
         read = digests(b"D" + struct.pack("<I", len(sampler.tag)) + sampler.tag
                        + struct.pack("<I", len(stream)) + stream,
                        [(level, block) for level, block, _ in prefixes], sizes)
-        words, signs = _DISCRETE_LAYOUTS[version][1](read, prefixes, n)
+        words, signs = DISCRETE_LAYOUTS[version][1](read, prefixes, n)
         top = np.ascontiguousarray(words).view("<u8").reshape(-1)
         negative = np.unpackbits(np.ascontiguousarray(signs).reshape(-1), bitorder="little")
         at = 0

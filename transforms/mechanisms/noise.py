@@ -147,7 +147,7 @@ def _chunked_sizes(prefixes: Sequence[Tuple[int, int, int]], n: int) -> List[int
 
 
 # each version's discrete block layout: (SHAKE bytes to read per prefix, the split of them)
-_DISCRETE_LAYOUTS = {"v3": (_v3_sizes, _v3_bits), "v4": (_chunked_sizes, _chunked_bits)}
+DISCRETE_LAYOUTS = {"v3": (_v3_sizes, _v3_bits), "v4": (_chunked_sizes, _chunked_bits)}
 
 
 class NoiseSource(abc.ABC):
@@ -348,7 +348,7 @@ class KeyedNoiseSource(NoiseSource):
         - v4: chunks of SIGN_CHUNK nodes, each its words then its sign bits (a prefix reads
           the chunks it covers: SHAKE's shorter reads are prefixes of its longer ones)."""
         n = self.BLOCK
-        sizes, split = _DISCRETE_LAYOUTS[self.version]
+        sizes, split = DISCRETE_LAYOUTS[self.version]
         digests = self._digests(b"D" + _length_prefixed(sampler.tag, stream),
                                 [(level, block) for level, block, _ in prefixes],
                                 sizes(prefixes, n))
