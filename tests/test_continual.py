@@ -125,7 +125,7 @@ RELEASE = "0123456789abcdef0123456789abcdef"  # one release run several ways: th
 def noisy_count():
     return ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], epsilon=1.0,
                           max_contributions=2, mechanism="kary_subtraction",
-                          mechanism_params={"k": 3}, secret=SecretRef(literal=b"test-secret"),
+                          mechanism_params={"k": 3}, secret=SecretRef(literal=b"test-secret"), insecure=True,
                           release_id=RELEASE)
 
 
@@ -218,9 +218,11 @@ def test_triangle_violation_halts_release_and_reports_it():
     ({"confidence": 1.0}, r"^`confidence` must be a number in \(0, 1\); got 1\.0\.$"),
     ({"seed": 3}, r"^`secret` must be given, or else exactly one of"),
     ({"seed": 3, "noise_source": None, "insecure": False},
-     r"^`secret` must be a secret from `env` or `path` \(a fixed `seed` is public"),
+     r"^`secret` must be a secret from `env`, `path` or `gcp_secret` \(a fixed `seed` is public"),
     ({"secret": SecretRef(seed=3), "noise_source": None, "insecure": False},
      r"^`secret` must be a secret"),
+    ({"secret": SecretRef(literal=b"in the graph"), "noise_source": None, "insecure": False},
+     r"^`secret` must be a secret from `env`, `path` or `gcp_secret` .*; got 'literal'\.$"),
     ({"noise": "exact"}, r"^`noise` must be one of 'discrete', 'float'; got 'exact'\.$"),
     ({"mechanism": "sqrt_toeplitz"}, r"^`noise` must be 'float' for sqrt_toeplitz"),
     ({"release_id": "xyz"}, r"^`release_id` must be 32 lowercase hex digits"),
@@ -250,7 +252,7 @@ def test_display_data_shows_privacy_and_mechanism():
     assert data["epsilon"] == 1.0 and data["mechanism"] == "kary_subtraction"
     assert data["horizon"] == 6 and "literal" in data["secret"]
     assert data["release_id"] == RELEASE and data["noise"] == "discrete_laplace"
-    assert data["private"] is True
+    assert data["private"] is False  # literal bytes travel in the pickled graph: not private
     auto = ContinualCount(steps=STEPS, public_keys=["a"], rho=0.5, max_contributions=2,
                           **ZERO)
     assert auto.display_data()["mechanism"] == "sqrt_toeplitz"  # discrete, zCDP
@@ -281,7 +283,7 @@ def _edge_events(rng, n=40):
 def test_every_transform_gives_the_same_records_in_batch_and_streaming(name):
     rng = np.random.default_rng(11)
     secret = SecretRef(literal=b"same")
-    same = {"secret": secret, "release_id": RELEASE}
+    same = {"secret": secret, "release_id": RELEASE, "insecure": True}
     if name == "sum":
         transform = lambda: ContinualSum(steps=STEPS, public_keys=["k"], rho=1.0,  # noqa: E731
                                          max_value=2.0, max_contributions=4, **same)
@@ -326,7 +328,7 @@ def test_sums_with_discrete_noise_are_integer_units_of_the_value_grid():
     assert released_totals(records)["k"] == (g * np.cumsum(expected.stream("k"))).tolist()
     noisy, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=2.0,
                                 max_contributions=4, value_resolution=g,
-                                secret=SecretRef(literal=b"x")), events)
+                                secret=SecretRef(literal=b"x"), insecure=True), events)
     for record in noisy:
         assert (record["value"] / g) == round(record["value"] / g)
         assert record["noise"] == "discrete_laplace"
@@ -337,7 +339,7 @@ def test_a_transform_is_one_release_and_applies_once():
     difference of the two outputs would be the exact difference of the data. Refused."""
     import apache_beam as beam
     count = ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0,
-                           secret=SecretRef(literal=b"s"))
+                           secret=SecretRef(literal=b"s"), insecure=True)
     with pytest.raises(ValueError, match=r"^`transform` must be applied once"):
         with beam.Pipeline() as pipeline:
             first = pipeline | "A" >> beam.Create([("u", "a")])
@@ -366,7 +368,7 @@ def test_stored_state_of_another_release_is_refused():
     """A run that continues another release's key state (or the same release under another
     secret) must fail: it would re-draw the noise of published nodes."""
     make_count = lambda release, secret: ContinualCount(  # noqa: E731
-        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=secret),
+        steps=STEPS, public_keys=["a"], epsilon=1.0, secret=SecretRef(literal=secret), insecure=True,
         release_id=release)
     _resume_with_state_of(make_count("1" * 32, b"s"), make_count("1" * 32, b"s"))  # its own
     with pytest.raises(Exception, match=r"`state` must be state of release 2{32} for key 'a'"):
@@ -412,7 +414,7 @@ def test_blt_release_is_the_same_in_batch_and_streaming():
         return ContinualCount(steps=STEPS, public_keys=["eu", "us"], rho=0.5,
                               max_contributions=2, mechanism="blt",
                               mechanism_params={"buffers": 3}, noise="float",
-                              secret=SecretRef(literal=b"blt-secret"), release_id=RELEASE)
+                              secret=SecretRef(literal=b"blt-secret"), insecure=True, release_id=RELEASE)
     events = random_count_events(np.random.default_rng(8), n=40)
     events = [((unit, key if key in ("eu", "us") else "eu"), ts) for (unit, key), ts in events]
     batch, _ = run(blt_count(), events)

@@ -244,7 +244,7 @@ def test_release_state_coder_round_trips_exactly():
 
 def _release_fn(mechanism="binary_tree"):
     transform = ContinualCount(steps=STEPS, public_keys=["a", "b"], epsilon=1.0,
-                               mechanism=mechanism, secret=SecretRef(literal=b"perf"),
+                               mechanism=mechanism, secret=SecretRef(literal=b"perf"), insecure=True,
                                release_id="0123456789abcdef0123456789abcdef")
     fn = ReleaseStreamingFn(transform.config, transform.public_keys)
     fn.setup()
@@ -414,7 +414,7 @@ def test_record_window_times_do_not_depend_on_the_step_type():
     from transforms.release import RecordMaker
     steps = TimeSteps(1e12, 60.0, 10)
     transform = ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
-                               mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16),
+                               mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16), insecure=True,
                                release_id="0123456789abcdef0123456789abcdef")
     maker = RecordMaker(transform.config)
     maker.record("a", np.int64(4), 1.0)
@@ -485,7 +485,7 @@ def test_step_sealed_is_restore_step_seal_bit_for_bit(name, noise):
     if name == "blt" and noise == "discrete":
         pytest.skip("blt has float noise only")
     transform = ContinualCount(steps=STEPS, public_keys=["a", "b"], rho=0.5,
-                               mechanism=name, noise=noise, secret=SecretRef(literal=b"p" * 16),
+                               mechanism=name, noise=noise, secret=SecretRef(literal=b"p" * 16), insecure=True,
                                release_id="0123456789abcdef0123456789abcdef")
     fast, slow = RecordMaker(transform.config), RecordMaker(transform.config)
     partials = [[2.0], None, [3.0, 1e-30, -1e-30], [1.0], [-0.0], [], [7.0], [1.0], [4.0]]
@@ -517,7 +517,7 @@ def test_a_release_timer_without_its_state_fails_closed():
     would release step 0 again with the same noise: the difference of the two records would be
     the exact total. It raises instead."""
     transform = ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0,
-                               mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16),
+                               mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16), insecure=True,
                                release_id="0123456789abcdef0123456789abcdef")
     fn = ReleaseStreamingFn(transform.config, transform.public_keys)
     fn.setup()

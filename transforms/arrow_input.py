@@ -59,11 +59,62 @@ class EventBatch:
     def elements(self, rows: Optional[np.ndarray] = None) -> List[Any]:
         """The events at `rows` (all by default) as the transform's element tuples."""
         part = self if rows is None else self.take(rows)
-        values = {role: column.to_pylist() for role, column in part.columns.items()}
+        values = {role: python_cells(column) for role, column in part.columns.items()}
 
         def build(shape, i):
             return tuple(build(p, i) if isinstance(p, tuple) else values[p][i] for p in shape)
         return [build(self.shape, i) for i in range(len(part))]
+
+
+class Unreadable:
+    """A cell Python cannot hold (a time beyond the year 9999, nanoseconds that are not whole
+    microseconds): no id, op or number, so its row becomes a dead letter showing the cell."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self):
+        return f"<unreadable cell {self.text}>"
+
+
+def cell_text(column) -> str:
+    """A one-row column's cell as text, for a cell Python cannot hold: times as their integer
+    count of the column's unit, other cells as Python shows them (or the type, never raising)."""
+    timed = str(column.type).startswith(("timestamp", "date"))
+    for convert in ((lambda c: c.cast("int64"), lambda c: c) if timed else (lambda c: c,)):
+        try:
+            return str(convert(column).to_pylist()[0])
+        except Exception:  # noqa: BLE001 (any pyarrow failure: try the next way, or the type)
+            continue
+    return f"<{column.type}>"
+
+
+def python_cells(column) -> list:
+    """A column as Python values (`to_pylist`); a cell Python cannot hold is `Unreadable`."""
+    try:
+        return column.to_pylist()
+    except Exception:  # noqa: BLE001 (any pyarrow conversion failure: cell by cell)
+        pass
+    cells = []
+    for index in range(len(column)):
+        cell = column.slice(index, 1)
+        try:
+            cells.append(cell.to_pylist()[0])
+        except Exception:  # noqa: BLE001 (this cell: unreadable, its row a dead letter)
+            cells.append(Unreadable(cell_text(cell)))
+    return cells
+
+
+def python_rows(table) -> list:
+    """A table's rows as dicts (`to_pylist`: of columns of one name, the last); a cell Python
+    cannot hold is `Unreadable`."""
+    try:
+        return table.to_pylist()
+    except Exception:  # noqa: BLE001 (any pyarrow conversion failure: column by column)
+        pass
+    names = table.column_names if hasattr(table, "column_names") else table.schema.names
+    columns = [python_cells(table.column(index)) for index in range(len(names))]
+    return [dict(zip(names, values)) for values in zip(*columns)]
 
 
 def flat_roles(shape) -> Tuple[str, ...]:
@@ -98,6 +149,12 @@ def time_seconds(column, timestamp_unit: str) -> Optional[np.ndarray]:
     return values if divisor == 1.0 else values / divisor
 
 
+def named_column(table, name: str):
+    """The column `name` of a table or record batch; of several columns with that name, the last
+    (as `to_pylist` keeps it, and JSON objects and CSV headers their last field of a name)."""
+    return table.column(table.schema.get_all_field_indices(name)[-1])
+
+
 def event_batch(table, fields: Mapping[str, str], timestamp: str, timestamp_unit: str = "s",
                 shape: Optional[Sequence] = None) -> EventBatch:
     """An Arrow table (or record batch) -> EventBatch: role columns by `fields` ({role:
@@ -109,16 +166,16 @@ def event_batch(table, fields: Mapping[str, str], timestamp: str, timestamp_unit
     wanted = [fields[role] for role in flat_roles(shape)] + [timestamp]
     missing = [column for column in wanted if column not in names]
     if missing:
-        rows = table.to_pylist()
+        rows = python_rows(table)
         return EventBatch(shape, {role: pa.array([]) for role in flat_roles(shape)},
                           np.zeros(0, np.int64),
                           dead=[(row, f"missing field {missing[0]!r}") for row in rows])
     columns = {}
     for role in flat_roles(shape):
-        column = table.column(fields[role])
+        column = named_column(table, fields[role])
         columns[role] = column.combine_chunks() if isinstance(column, pa.ChunkedArray) \
             else column
-    seconds = time_seconds(table.column(timestamp), timestamp_unit)
+    seconds = time_seconds(named_column(table, timestamp), timestamp_unit)
     if seconds is None:
         bad = np.ones(table.num_rows, dtype=bool)
     else:
@@ -128,7 +185,7 @@ def event_batch(table, fields: Mapping[str, str], timestamp: str, timestamp_unit
         return EventBatch(shape, columns, beam_micros(seconds))
     whole = EventBatch(shape, columns, np.zeros(len(bad), dtype=np.int64))
     rows = np.flatnonzero(bad)
-    raw = table.column(timestamp).take(pa.array(rows, type=pa.int64())).to_pylist()
+    raw = python_cells(named_column(table, timestamp).take(pa.array(rows, type=pa.int64())))
     dead = [(element, f"`{timestamp}` must be a finite time within Beam's range; got "
                       f"{value!r}") for element, value in zip(whole.elements(rows), raw)]
     keep = np.flatnonzero(~bad)

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from transforms import validation as check
+from transforms.census import CheckCensus, WriteCensus, census_of, census_path
+from transforms.claims import ClaimOnce, Claimed, WindowClaims, as_claims, guard, guarded
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
@@ -37,7 +39,7 @@ from transforms.stages import (AssignSteps, KeepPublicKeys, ReleasePerKey, StepW
                                SumPerKeyAndStep, TruncatePerUnit)
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
-from transforms.streams.records import Declaration
+from transforms.streams.records import Declaration, is_id
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
                                       EntityProblem, Problem, TriangleProblem)
 
@@ -161,9 +163,9 @@ class _ContinualBase(beam.PTransform):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
         self.steps = steps
         keys = list(public_keys) if public_keys is not None else []
-        if not keys or any(isinstance(k, bool) or not isinstance(k, (str, int, tuple))
-                           for k in keys):
-            check.fail("public_keys", "a non-empty list of str, int or tuple keys", public_keys)
+        if not keys or not all(is_id(k) for k in keys):  # the one id rule, as events' keys
+            check.fail("public_keys", "a non-empty list of ids (non-empty str of Unicode text, "
+                                      "int or tuple keys)", public_keys)
         if len(set(keys)) != len(keys):
             check.fail("public_keys", "free of duplicates", public_keys)
         texts = [key_text(k) for k in keys]
@@ -191,9 +193,13 @@ class _ContinualBase(beam.PTransform):
         self.insecure = check.boolean("insecure", insecure)
         public = noise_source is not None or self.secret.public
         if public and not self.insecure:
-            check.fail("secret", "a secret from `env` or `path` (a fixed `seed` is public: "
-                                 "anyone who knows it can subtract the noise; pass "
-                                 "insecure=True for demos and tests)", "seed")
+            given = "noise_source" if noise_source is not None else (
+                "literal" if getattr(self.secret, "literal", None) is not None else "seed")
+            check.fail("secret", "a secret from `env`, `path` or `gcp_secret` (a fixed "
+                                 "`seed` is public: anyone who knows it can subtract the noise; "
+                                 "`literal` bytes are pickled into the job graph; an injected "
+                                 "`noise_source` is not private: pass insecure=True for demos "
+                                 "and tests)", given)
         check.one_of("noise", noise, NOISE_KINDS)
         self.noise_kind = noise
         # how node noise is derived: new releases take the newest; a release continues with
@@ -208,7 +214,7 @@ class _ContinualBase(beam.PTransform):
         self._secret_fingerprint = secret_fingerprint
         self._expanded = False
         self._window: Optional[StepWindow] = None
-        self._resume_units = self._resume_keys = None
+        self._resume_units = self._resume_keys = self._claims = None
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.problem = self.make_problem()
@@ -348,9 +354,16 @@ class _ContinualBase(beam.PTransform):
                        "a second application")
         self._expanded = True
 
-    def resume(self, window: StepWindow, unit_states=None, key_states=None):
+    def resume(self, window: StepWindow, unit_states=None, key_states=None, claims=None):
         """Release only the steps of `window`, continuing from the previous run's unit and key
-        states (PCollections the scheduler reads from its checkpoint). Bounded input only."""
+        states (PCollections the scheduler reads from its checkpoint). Bounded input only.
+
+        A continuation is proven, not asserted: the key states must be this release's own,
+        sealed at step `window.first` (`RecordMaker.restore`), and `claims` (a folder, local or
+        gs://, or a `transforms.claims` claim) is where the job claims the window once, at its
+        start, before any output: `<claims>/<release id>/from-<first>.json`. A window that was
+        claimed before is refused, whoever replays it. A private release given `release_id=`
+        must be resumed with `claims`."""
         if not isinstance(window, StepWindow) or not (
                 0 <= window.first < window.stop <= self.steps.horizon):
             check.fail("window", f"a StepWindow inside [0, {self.steps.horizon})", window)
@@ -358,11 +371,48 @@ class _ContinualBase(beam.PTransform):
             check.fail("key_states", "given when the window starts after step 0 (the keys' "
                                      "mechanism states continue the release)", None)
         self._window, self._resume_units, self._resume_keys = window, unit_states, key_states
+        self._claims = None if claims is None else as_claims(claims)
         return self
+
+    def _claim_window(self, pipeline, window: StepWindow):
+        """The singleton that exists once the window is claimed (`transforms.claims`); a
+        resumed window is claimed only after the given unit states matched the sealed census of
+        the run before (`transforms.census`: claims folders only)."""
+        claim = ClaimOnce(self._claims.path(self.release_id, window.first),
+                          {"release_id": self.release_id, "steps": [window.first, window.stop],
+                           "descriptor_digest": self.config.descriptor_digest},
+                          f"steps {window.first} -> {window.stop} of release {self.release_id}",
+                          later=[census_path(self._claims.folder, self.release_id, window.stop)]
+                          if isinstance(self._claims, WindowClaims) else ())
+        if not isinstance(self._claims, WindowClaims) or window.first == 0:
+            return guard(pipeline, claim, "ClaimWindow")
+        checked = census_of(self._resume_units, self.config, "GivenUnitCensus") \
+            | "CheckUnitCensus" >> beam.Map(CheckCensus(self.config, self._claims.folder,
+                                                        window.first))
+        return checked | "ClaimWindow" >> beam.Map(lambda _: claim())
+
+    def _check_continuation(self, window: StepWindow) -> None:
+        """A private release continues only through a claim (`resume(..., claims=)`) from a
+        step after 0 (where its sealed states prove it): a `release_id=` reused on other data
+        would publish the same noise twice, and a release's first steps are released once, by
+        the run that drew its id."""
+        if not self.private or self._given_release_id is None:
+            return
+        if self._claims is None:
+            check.fail("release_id", "given only to continue a private release through "
+                                     "`.resume(window, unit_states, key_states, claims=folder)` "
+                                     "(which claims its steps once: the same id on other data "
+                                     "would publish the same noise twice), or with "
+                                     "insecure=True", self._given_release_id)
+        if window.first == 0 and not isinstance(self._claims, Claimed):
+            check.fail("window", "a continuation after step 0 for a given private "
+                                 "`release_id` (steps from 0 are released once, by the run "
+                                 "that drew the id: a new release needs no id)", window)
 
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
+        self._check_continuation(window)
         # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
         packed = events.is_bounded  # bounded: steps assigned and events packed per unit and
         stepped = events | "AssignSteps" >> AssignSteps(  # bundle in one DoFn
@@ -383,8 +433,23 @@ class _ContinualBase(beam.PTransform):
         # records: one per public key and step; key states (key, (tagged bytes, halt step))
         dead = [d for d in (stepped.dead_letters, truncated.dead_letters,
                             released.dead_letters) if d is not None]
-        return ContinualResult(released.main, dead | "DeadLetters" >> beam.Flatten(),
-                               truncated.states, released.states)
+        records, unit_states, key_states = released.main, truncated.states, released.states
+        passed = None
+        if isinstance(self._claims, Claimed):  # claimed by the caller, for all its writes
+            passed = self._claims.passed
+        elif self._claims is not None:  # nothing leaves the transform before its window's claim
+            passed = self._claim_window(events.pipeline, window)
+        if passed is not None:
+            records = guarded(records, passed, "ClaimedRecords")
+            if unit_states is not None:
+                unit_states = guarded(unit_states, passed, "ClaimedUnitStates")
+            if key_states is not None:
+                key_states = guarded(key_states, passed, "ClaimedKeyStates")
+        if isinstance(self._claims, WindowClaims) and unit_states is not None:
+            _ = census_of(unit_states, self.config, "UnitCensus") | "SealUnitCensus" >> beam.Map(
+                WriteCensus(self.config, self._claims.folder, window.stop))
+        return ContinualResult(records, dead | "DeadLetters" >> beam.Flatten(),
+                               unit_states, key_states)
 
 
 def _across_keys(problem: CountProblem) -> CountProblem:
@@ -422,7 +487,8 @@ class ContinualSum(_ContinualBase):
 
     With discrete noise (the default) values are rounded to the grid `value_resolution` g
     (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
-    units of g, so the release is exact integers times g (see the README's privacy model)."""
+    units of g, so the release is exact integers times g (see the README's privacy model).
+    One unit's total and `max_value` must stay below 2^53 grid units (exact in float64)."""
 
     def __init__(self, *, max_value: float, max_contributions: int = 1,
                  max_contributions_per_step=None, max_keys_per_unit: int = 1,
@@ -519,7 +585,12 @@ class ContinualTriangleCount(_ContinualBase):
 class ContinualRelease(_ContinualBase):
     """Release already-computed difference values: elements (key, value) with event time; the
     caller declares that one protected unit changes each key's stream by a vector of S_{D,k}
-    and touches at most `keys_per_unit` keys (no truncation is applied here)."""
+    and touches at most `keys_per_unit` keys (no truncation is applied here).
+
+    With discrete noise (the default) values are integers with |value| <= 2^53, summed
+    exactly: a key whose step total, running total or released value would reach 2^53 in
+    magnitude (where float64 stops adding integers exactly) halts at that step, with an
+    "exact totals" dead letter (`RecordMaker.exact_totals`)."""
 
     def __init__(self, *, max_contributions: int = 1, interval_bound: int = 1,
                  keys_per_unit: int = 1, **kwargs):

@@ -12,8 +12,11 @@ import json
 import math
 from typing import Any, Optional, Protocol, Tuple
 
+import numpy as np
+
 from transforms.mechanisms import make
-from transforms.mechanisms.base import CounterState, counter_state, state_from_bytes
+from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, CounterState,
+                                        counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
 from transforms.steps import TimeSteps
 from transforms.validation import fail
@@ -143,6 +146,7 @@ class ReleaseConfig:
         return fingerprint
 
 
+_LIMIT = float(EXACT_LIMIT)
 _CACHED_KEYS = 1 << 16
 _CACHED_STREAMS = 1 << 12  # per-key mechanism copies kept by `RecordMaker.streamer`
 _COUNTER_FORMAT, _COUNTER_VERSION = CounterState._FORMAT, CounterState._VERSION
@@ -150,7 +154,16 @@ _SEALED_COUNTER = 16 + _COUNTER_FORMAT.size  # a sealed CounterState: 16-byte ta
 
 
 class RecordMaker:
-    """The release's mechanism and its public records (built once per worker)."""
+    """The release's mechanism and its public records (built once per worker).
+
+    Exact totals (`exact_totals`: discrete noise on a `CounterState` mechanism, whose data
+    is integer and whose running total is a float64): a key's step totals, running total and
+    released values stay integers of magnitude < 2^53 (`EXACT_LIMIT`), where float64 holds
+    and adds them exactly. The first step at which one would reach it halts the key (no record
+    for it or later, an "exact totals" dead letter): fail closed, as a bound violation does.
+    The halt depends on the data (its guarantee holds among streams whose totals stay below
+    2^53, as the triangle count's holds for bounded graphs), except the released-value check,
+    which depends on the released value only (post-processing)."""
 
     def __init__(self, config: ReleaseConfig):
         self.config = config
@@ -159,6 +172,8 @@ class RecordMaker:
         self._tags, self._steps, self._isos = {}, {}, {}  # bounded (_CACHED_KEYS)
         self._streams = {}  # per key, bounded (_CACHED_STREAMS)
         self.mechanism = config.build()
+        self.exact_totals = self.mechanism.discrete and isinstance(
+            self.mechanism.init_state(), CounterState)
         self.std = self.mechanism.noise_std()
         self.half = self.mechanism.confidence_half_width(config.confidence)
         total = dict(config.total_privacy)
@@ -209,13 +224,19 @@ class RecordMaker:
                           f"re-draw published noise)", "another state")
         return state_from_bytes(bytes(data[len(tag):]))
 
-    def step_sealed(self, key, data: bytes, partials, at: int) -> Tuple[float, bytes]:
+    def step_sealed(self, key, data: bytes, partials, at: int
+                    ) -> Tuple[Optional[float], bytes]:
         """Release step `at` of `key` from its sealed state: (out, the new sealed state) of
         `streamer(key).step(restore(key, data), fsum(partials))` (`partials`: the step's exact
         partial sums, or None for none), refused unless the state is this key's and at step
         `at`, before the sum is taken. A sealed CounterState takes `step_counter` on the
         unpacked fields, without building state objects: the same checks, the same values
-        and the same bytes."""
+        and the same bytes.
+
+        Exact totals (`exact_totals`): (None, `data` unchanged) when the step's sum (exact,
+        rounded once by fsum), the running total or the released value would reach 2^53 in
+        magnitude: the key halts at `at` (nothing is released, the state is not advanced;
+        `limit_reason` says why). A non-finite sum is still refused by the step."""
         tag = self._tags.get(key) or self._tag(key)
         fields = self._sealed_counter(tag, data)
         state = None
@@ -226,14 +247,49 @@ class RecordMaker:
                                    f"{state.steps}, its release state at {at}")
         value = math.fsum(partials) if partials else 0.0
         stream = self.streamer(key)
+        exact = self.exact_totals
+        if exact:  # `first_inexact` on one step, inlined: an integer sum below 2^53 is exact
+            total = fields[1] if state is None else getattr(state, "running_total", 0.0)
+            if not (-_LIMIT < value < _LIMIT and -_LIMIT < total < _LIMIT
+                    and -_LIMIT < total + value < _LIMIT) and value - value == 0.0:
+                return None, data
         if state is None:
             found = stream.step_counter(fields[0], fields[1], value)
             if found is not None:
+                if exact and not -_LIMIT < found[0] < _LIMIT:
+                    return None, data
                 return found[0], tag + _COUNTER_FORMAT.pack(_COUNTER_VERSION, fields[0] + 1,
                                                              found[1])
             state = counter_state(*fields)
         out, state = stream.step(state, value)
+        if exact and not -_LIMIT < out < _LIMIT:
+            return None, data
         return out, self.seal(key, state)
+
+    def exact_halt(self, state, values: np.ndarray) -> Optional[int]:
+        """Exact totals, vectorised (`exact_totals`; else None): the first offset of `values`
+        (the next steps' totals of a key, from `state`) whose value or running total reaches
+        2^53 in magnitude (`first_inexact`), or None."""
+        if not self.exact_totals:
+            return None
+        return first_inexact(getattr(state, "running_total", 0.0), values)
+
+    def exact_outputs(self, outputs: np.ndarray, count: int) -> Optional[int]:
+        """Exact totals (`exact_totals`; else None): the first of the first `count` released
+        values of magnitude >= 2^53 (total + noise: beyond it float64 may have rounded it), or
+        None."""
+        if not self.exact_totals or count <= 0:
+            return None
+        over = np.abs(np.asarray(outputs[:count], dtype=np.float64)) >= _LIMIT
+        return int(np.argmax(over)) if over.any() else None
+
+    @staticmethod
+    def limit_reason(key, step: int) -> str:
+        """The dead letter's reason of a key halted by the exact-totals limit."""
+        return (f"exact totals: key {key_text(key)!r} halts at step {step}: its step total, "
+                f"running total or released value would reach {EXACT_LIMIT_TEXT} in magnitude "
+                f"(float64 adds integers exactly only below it); no record for this step or "
+                f"later")
 
     def streamer(self, key):
         """`for_key(key)`, kept for the next call (bounded: a streaming release steps each key
@@ -248,7 +304,8 @@ class RecordMaker:
 
     def record(self, key, step: int, value: float) -> dict:
         """One public record. With discrete noise the released value and its interval are
-        exact integers (times the value grid of ContinualSum)."""
+        exact integers (times the value grid of ContinualSum): `int(value)` of a float64
+        integer, which the release keeps below 2^53 in magnitude (`exact_totals`)."""
         entry = self._steps.get(step)
         if entry is None:
             entry = self._step_entry(step)

@@ -3,8 +3,10 @@
 A `SecretRef` is what a pipeline carries: an environment variable name, a file path (any Beam
 filesystem path, e.g. gs://...; the file holds the secret bytes), a Google Secret Manager version
 (`projects/P/secrets/S/versions/V`, read on the worker; needs the `[gcp]` extra), an explicit
-`seed` for tests and demos, or literal bytes (only for tests: they are pickled into the pipeline
-graph). Only the reference travels in the pipeline: never the secret itself (except `literal`).
+`seed` for tests and demos, or literal bytes (tests only: they are pickled into the pipeline
+graph, so like a seed they are public: a transform takes them only with insecure=True and marks
+its records private: false). Only the reference travels in the pipeline: never the secret
+itself (except `literal`).
 """
 from __future__ import annotations
 
@@ -58,12 +60,14 @@ class SecretRef:
             return f"file {self.path}"
         if self.gcp_secret is not None:
             return f"Google Secret Manager {self.gcp_secret}"
-        return "explicit seed (not private)" if self.seed is not None else "literal (tests only)"
+        return "explicit seed (not private)" if self.seed is not None else \
+            "literal (tests only, not private)"
 
     @property
     def public(self) -> bool:
-        """A seed is public: whoever knows it can subtract the noise."""
-        return self.seed is not None
+        """A seed is public: whoever knows it can subtract the noise. Literal bytes are pickled
+        into the job graph (staged templates, worker logs of a failed unpickling): public too."""
+        return self.seed is not None or self.literal is not None
 
     def secret_bytes(self) -> bytes:
         """Resolve the secret (on the worker, or in a driver that must fingerprint it)."""

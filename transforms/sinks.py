@@ -159,16 +159,22 @@ def records_file(prefix: str, fmt: str) -> str:
     return f"{prefix}-00000-of-00001{_ENCODERS[fmt][1]}"
 
 
+def encode_records(rows, fmt: str) -> bytes:
+    """The bytes of one records file of `rows` in `fmt`, as the sinks encode them: a pure
+    function of the rows (the scheduler regenerates a published file to check it)."""
+    encoder, suffix = _ENCODERS[fmt]
+    return encoder("", suffix).encode(rows)
+
+
 def write_records_files(rows, prefix: str, formats) -> None:
     """Write already released records (outside a pipeline) as `prefix`-00000-of-00001.<fmt>,
     with the same encoders as the sinks. Each file is written under a temporary name and then
     renamed, so a reader never sees a half-written file under the final name."""
     for fmt in formats:
-        encoder, suffix = _ENCODERS[fmt]
         final = records_file(prefix, fmt)
         partial = final + ".partial"
         with FileSystems.create(partial) as handle:
-            handle.write(encoder(prefix, suffix).encode(rows))
+            handle.write(encode_records(rows, fmt))
         if FileSystems.exists(final):
             FileSystems.delete([final])
         FileSystems.rename([partial], [final])

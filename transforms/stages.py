@@ -14,6 +14,7 @@ one composition:
                                                 unbounded: (key, StepTotal)
     | KeepPublicKeys(public_keys)            -> the same, of public keys only
     | ReleasePerKey(config, public_keys)     -> records, one per key and step + key states
+                                                + dead letters (exact totals)
 
 Messages are typed (no in-band sentinels). A `StepWindow` [first, stop) says which steps a run
 releases; bounded stages take the previous run's states (`resume_states`) and return their new
@@ -47,6 +48,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows, Timestamp
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms.mechanisms.base import EXACT_LIMIT, counter_state
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.count import HORIZON_CAP, KEY_CAP, STEP_CAP, UnitState
@@ -55,6 +57,7 @@ from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem
                                       UnitRun, advance_unit, steps_to_run)
 from transforms.validation import fail
 
+_LIMIT = float(EXACT_LIMIT)  # exact totals (`RecordMaker.exact_totals`)
 DEAD_LETTER = "dead_letter"
 UNIT_STATES = "unit_states"
 KEY_STATES = "key_states"
@@ -178,10 +181,29 @@ class StageOutput(NamedTuple):
 DEAD_LETTER_CHARS = 1024  # a dead letter keeps at most this much of the record's repr
 
 
+def writable(text: str) -> str:
+    """Text every coder and sink can encode: lone surrogates (text that is not Unicode, which
+    UTF-8 cannot encode) become their backslash escapes (\\udc80); Unicode text is unchanged."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def dead_letter_record(record, reason: str) -> dict:
-    """{"record": its repr (at most 1 KiB), "size": the repr's full length, "reason"}."""
-    text = repr(record)
-    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text), "reason": reason}
+    """{"record": its repr (at most 1 KiB), "size": the repr's full length, "reason" (at most
+    1 KiB)}: both always writable, whatever the record (a repr that fails or recurses too deep
+    shows the record's type; text that is not Unicode is escaped)."""
+    try:
+        text = repr(record)
+    except Exception as error:  # noqa: BLE001 (a bad record's own repr failing: no crash)
+        text = f"<{type(record).__name__} whose repr fails: {type(error).__name__}>"
+    text = writable(text)
+    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text),
+            "reason": writable(str(reason))[:DEAD_LETTER_CHARS]}
 
 
 def dead_letter(record, reason: str) -> beam.pvalue.TaggedOutput:
@@ -521,7 +543,9 @@ class KeySums:
 
     @staticmethod
     def totals(acc) -> Dict[int, float]:
-        """{step: the correctly rounded exact total} (as math.fsum of all deltas)."""
+        """{step: the correctly rounded exact total} (as math.fsum of all deltas): the exact
+        integer below 2^53 in magnitude; a total at or beyond it (rounded here) halts its key
+        in the release (`RecordMaker.exact_totals`)."""
         ints, partials, _ = acc
         out = {step: float(value) for step, value in ints.items()}
         for step, values in partials.items():
@@ -1111,7 +1135,23 @@ class _ReleaseKeysFn(beam.DoFn):
             for step, value in values.items():
                 if step not in halts:  # a halted step's sum is not added (as one StepTotal)
                     x[step - first] += value
-        outputs, state = self.maker.for_key(key).advance(state, x)
+        maker = self.maker
+        over = maker.exact_halt(state, x)  # exact totals: None unless a total reaches 2^53
+        if over is not None:
+            x[over:] = 0.0  # not summed: the key's state keeps its exact total
+            if halted is None or first + over < halted:
+                halted = first + over
+                yield dead_letter(key, maker.limit_reason(key, halted))
+            if over == 0 and not -_LIMIT < state.running_total < _LIMIT:  # (an old state's)
+                state = counter_state(stop, state.running_total)  # the steps only
+                x = x[:0]
+        outputs, state = maker.for_key(key).advance(state, x) if x.shape[0] else ((), state)
+        if maker.exact_totals:  # a released value reaching 2^53 halts the key too
+            count = len(outputs) if halted is None else halted - first
+            over = maker.exact_outputs(outputs, count)
+            if over is not None:
+                halted = first + over
+                yield dead_letter(key, maker.limit_reason(key, halted))
         stamps = self._stamps
         for offset, value in enumerate(outputs):
             step = first + offset
@@ -1263,6 +1303,8 @@ class ReleaseStreamingFn(beam.DoFn):
                               f"late: step {step} of key {key_text(key)!r} was "
                               f"already released")
             return
+        if halted is not None and step >= halted:
+            return  # never released (the key halted): not kept
         found = pending.get(step)
         pending[step] = add_exact(found, message.value) if found else [message.value]
         state.write((sealed, released, halted, pending))
@@ -1279,6 +1321,12 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"on other data")
         maker, step = self.maker, released
         out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
+        if out is None:  # exact totals: the key halts at this step (fail closed, no timer)
+            if stop is None or step < stop:
+                stop = step
+                yield dead_letter(key, maker.limit_reason(key, step))
+            state.write((sealed, step, stop, {}))  # the state is not advanced
+            return
         pending.pop(step, None)  # only once the state passed its checks
         state.write((sealed, step + 1, stop, pending))
         if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
@@ -1290,9 +1338,13 @@ class ReleaseStreamingFn(beam.DoFn):
 
 class ReleasePerKey(beam.PTransform):
     """(key, StepTotal) -> one record per public key and step of the window (a key without
-    data gets its records too: no output's presence depends on private data); totals and saved
-    states of other keys are ignored. Bounded input continues each key from its saved state
-    (`resume_states`, (key, (sealed bytes, halted)) pairs) and returns the new states. Records
+    data gets its records too: no output's presence depends on private data, except a halt);
+    totals and saved states of other keys are ignored. Bounded input continues each key from
+    its saved state (`resume_states`, (key, (sealed bytes, halted)) pairs) and returns the new
+    states. Exact totals (discrete noise, `RecordMaker.exact_totals`): a key whose step total,
+    running total or released value would reach 2^53 in magnitude halts at that step (no
+    record for it or later; the halt step is kept in its state) with an "exact totals" dead
+    letter, in both paths alike: a data-dependent halt, as a bound violation's. Records
     carry the event time of their step's end (minus 1 us); in streaming that is behind the
     watermark when they are emitted, so window them with allowed lateness or write them
     unwindowed (the bundled sinks do)."""
@@ -1326,5 +1378,5 @@ class ReleasePerKey(beam.PTransform):
         out = ({"totals": totals, "state": states, "seed": seeds}
                | "GroupByKey" >> beam.CoGroupByKey()
                | "Release" >> beam.ParDo(_ReleaseKeysFn(self.config, self.window)).with_outputs(
-                   KEY_STATES, main="records"))
-        return StageOutput(out.records, None, out[KEY_STATES])
+                   KEY_STATES, DEAD_LETTER, main="records"))
+        return StageOutput(out.records, out[DEAD_LETTER], out[KEY_STATES])

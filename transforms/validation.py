@@ -10,8 +10,17 @@ class ValidationError(ValueError):
     """A refused argument or config field (a ValueError with the project's one message shape)."""
 
 
-def fail(name: str, condition: str, value) -> None:
-    raise ValidationError(f"`{name}` must be {condition}; got {value!r}.")
+class BadText(ValidationError):
+    """Refused text that is not Unicode (a lone surrogate, which UTF-8 cannot encode): its dead
+    letters' reasons start with `bad_text: `."""
+
+
+def message(name: str, condition: str, value) -> str:
+    return f"`{name}` must be {condition}; got {value!r}."
+
+
+def fail(name: str, condition: str, value, error: type = ValidationError) -> None:
+    raise error(message(name, condition, value))
 
 
 def positive_finite(name: str, value) -> float:

@@ -13,6 +13,14 @@ running total of x to L z, which it derives from the keyed noise seam. Hence:
 - the streaming state is only (steps released, exact running total): 17 bytes for every
   mechanism, trees and the float square root alike (the discrete square root also keeps its
   input history, 16 B per step: `state_size`); no noise is stored, none is ever re-drawn;
+- exact totals: with discrete noise the data is integer and its running total is summed in
+  float64, which adds integers exactly only below 2^53 (`EXACT_LIMIT`): `advance` and `step`
+  refuse a value or running total of magnitude >= 2^53 rather than round it (a rounded total
+  could move by 0 or 2 for a declared change of 1: the sensitivity would not hold). A
+  released value (total + integer noise) is exact below 2^53 too; beyond, it would be the
+  nearest float64 (post-processing: privacy unaffected), and the Beam release halts the key
+  there instead (`RecordMaker.step_sealed`). Float noise sums float64 as it is (opt-in). The
+  data never enters L z: the trees' batch and streaming paths combine node noise only;
 - `step` and `release` run the same arithmetic in the same order, so they agree bit for bit.
 """
 from __future__ import annotations
@@ -47,11 +55,42 @@ _DRAW_CACHE_BLOCKS = 4096
 _DRAW_CACHE_NODES = _DRAW_CACHE_BLOCKS * DRAW_BLOCK
 # Integers of at most this magnitude convert to float64 exactly (the scalar step's fast path).
 _EXACT_INTEGER = 1 << 53
+# Exact totals: float64 adds integers exactly while the result stays below 2^53 in magnitude
+# (rounding is monotone: a computed sum of integer floats below 2^53 IS the exact sum, one at
+# or beyond it may not be). With discrete noise every value, running total and released value
+# of a CounterState mechanism must stay below it (`first_inexact`).
+EXACT_LIMIT = 1 << 53
+EXACT_LIMIT_TEXT = "2^53"
+_LIMIT = float(EXACT_LIMIT)
+_OVER_LIMIT = (f"integers whose running totals stay below {EXACT_LIMIT_TEXT} in magnitude with "
+               f"discrete noise (float64 adds integers exactly only below it)")
+
+
+def first_inexact(running_total: float, values: np.ndarray,
+                  totals: Optional[np.ndarray] = None) -> Optional[int]:
+    """The first index i at which the integer float64 `values`, summed from `running_total`
+    into `totals` (the cumulative float64 sums, as `advance` computes them; computed so if not
+    given), may no longer be exact: `values[i]` or `totals[i]` has magnitude >= 2^53 (0 when
+    `running_total` has); None when every value and total is below it, hence exact (by
+    induction: an exact total plus an exact value, computed below 2^53, is exact).
+    Vectorised: no per-element Python work."""
+    if values.shape[0] == 0:
+        return None
+    if not -_LIMIT < running_total < _LIMIT:
+        return 0
+    if totals is None:
+        totals = np.cumsum(np.concatenate(([running_total], values)))[1:]
+    if max(float(np.max(np.abs(values))), float(np.max(np.abs(totals)))) < _LIMIT:
+        return None
+    over = (np.abs(values) >= _LIMIT) | (np.abs(totals) >= _LIMIT)
+    return int(np.argmax(over))
 
 
 @dataclasses.dataclass(frozen=True)
 class CounterState:
-    """Streaming state: number of steps released and the exact running total of the input."""
+    """Streaming state: number of steps released and the exact running total of the input
+    (a float64: with discrete noise an integer of magnitude < 2^53, `EXACT_LIMIT`, which is
+    where float64 holds and adds integers exactly; `advance` refuses others)."""
     steps: int = 0
     running_total: float = 0.0
 
@@ -428,7 +467,10 @@ class ContinualMechanism(abc.ABC):
         return type(self).state_size(self.horizon, self.noise, steps)
 
     def advance(self, state: CounterState, values) -> Tuple[np.ndarray, CounterState]:
-        """Release the next len(values) steps from `state`, vectorised."""
+        """Release the next len(values) steps from `state`, vectorised. With discrete noise
+        the values must be integers and every value and running total below 2^53 in
+        magnitude (`EXACT_LIMIT`: float64 sums them exactly); the released values (total +
+        integer noise) are exact integers while below 2^53 too."""
         if not isinstance(state, CounterState):
             check.fail("state", "a CounterState", state)
         xs = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -441,6 +483,9 @@ class ContinualMechanism(abc.ABC):
             check.fail("steps released", f"<= horizon ({self.horizon})",
                        state.steps + xs.shape[0])
         totals = np.cumsum(np.concatenate(([state.running_total], xs)))[1:]
+        if self.discrete and first_inexact(state.running_total, xs, totals) is not None:
+            # fail closed, without the values in the message (they are private)
+            check.fail("values", _OVER_LIMIT, "a larger total")
         noise = self._unit_noise(state.steps, xs.shape[0])
         if not self.discrete:
             noise = self.node_scale * noise
@@ -465,7 +510,8 @@ class ContinualMechanism(abc.ABC):
         The same checks, in the same order, and the same IEEE operations as `advance` on one
         value (running_total + x, then + noise or + node_scale * noise): a scalar fast path
         for an int step count, a float total and a float / numpy float64 / exactly
-        convertible int value."""
+        convertible int value. A discrete step past the exact limit (`first_inexact` for one
+        step) returns None: `advance` refuses it, with its message."""
         plan = self._cache.get("step_plan")
         if plan is None:
             plan = self._step_plan()
@@ -486,6 +532,9 @@ class ContinualMechanism(abc.ABC):
         if steps + 1 > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
         total = running_total + x
+        if discrete and not (-_LIMIT < total < _LIMIT and -_LIMIT < x < _LIMIT
+                             and -_LIMIT < running_total < _LIMIT):
+            return None  # = first_inexact on one step, inlined
         noise = self._step_noise(steps)
         if not discrete:
             noise = scale * noise

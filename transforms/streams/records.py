@@ -75,13 +75,54 @@ def canonical(value) -> tuple:
     return type(value).__name__, repr(value)
 
 
-def is_id(candidate) -> bool:
-    """The one id rule for units, items, keys and edge endpoints: a non-empty str, an int (not
-    a bool), or a tuple of ids (e.g. (graph, node))."""
+ID_INT_LIMIT = 10 ** 1000  # int ids have at most 1,000 digits (any int prints, hashes, encodes)
+ID_DEPTH = 16  # tuple ids nest at most this deep ((graph, node) is 1)
+BAD_TEXT = "bad_text"  # the reason code of a dead letter holding text that is not Unicode
+TEXT_CONDITION = "valid Unicode text (no lone surrogates)"
+
+
+def is_text(value: str) -> bool:
+    """Whether a str is Unicode text: Unicode scalar values only, so that UTF-8 (and every coder
+    and sink) can encode it. A lone surrogate (e.g. from the JSON escape "\\ud800") is not."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_id(candidate, _depth: int = 0) -> bool:
+    """The one id rule for units, items, keys and edge endpoints: a non-empty str of Unicode
+    text (`is_text`), an int (not a bool) of at most 1,000 digits, or a tuple of ids (e.g.
+    (graph, node), nested at most `ID_DEPTH` deep)."""
+    if isinstance(candidate, str):
+        return candidate != "" and (candidate.isascii() or is_text(candidate))
     if isinstance(candidate, tuple):
-        return len(candidate) > 0 and all(is_id(part) for part in candidate)
-    return (isinstance(candidate, str) and candidate != "") or (
-        isinstance(candidate, int) and not isinstance(candidate, bool))
+        return 0 < len(candidate) and _depth < ID_DEPTH and all(
+            is_id(part, _depth + 1) for part in candidate)
+    return isinstance(candidate, int) and not isinstance(candidate, bool) and \
+        -ID_INT_LIMIT < candidate < ID_INT_LIMIT
+
+
+def shown(value, limit: int = 200) -> str:
+    """A value's repr for a reason: at most `limit` characters, never raising (a repr that
+    fails or recurses too deep shows the type)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 (any repr failure of a bad record: show its type)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def not_id_reason(what: str, given) -> str:
+    """Why `given` is not an id, as a dead-letter reason ("unit id", "key", "item id")."""
+    if isinstance(given, str) and given and not is_text(given):
+        return f"{BAD_TEXT}: {what} must be {TEXT_CONDITION}; got {shown(given)}"
+    if isinstance(given, int) and not isinstance(given, bool):
+        return f"{what} must be a non-empty str or int of at most 1,000 digits"
+    return f"{what} must be a non-empty str or int"
 
 
 def canonical_edge(a, b) -> tuple:

@@ -17,10 +17,16 @@ import dataclasses
 import math
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
+from transforms import validation as check
+from transforms.mechanisms.base import EXACT_LIMIT, EXACT_LIMIT_TEXT
+
 from .count import KEY_CAP, ContributionBounds, UnitState
 from .entity import EntityCardinality
 from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
-from .records import OPS, Declaration, canonical, canonical_edge, is_id
+from .records import (ID_INT_LIMIT, OPS, Declaration, canonical, canonical_edge, is_id,
+                      is_text, not_id_reason, shown)
+
+_LIMIT = float(EXACT_LIMIT)  # exact totals: integer sums below it are exact in float64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +103,17 @@ def advance_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence[Any]
 
 
 def _finite_number(value) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float))
-            and math.isfinite(value))
+    """An int or float (not a bool) that is a finite float (ints beyond 1.8e308 are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _is_op(op) -> bool:
+    return isinstance(op, str) and op in OPS  # (`in` on other types may raise: arrays)
 
 
 @dataclasses.dataclass
@@ -117,14 +132,37 @@ class CountProblem(Problem):
         self.declaration = Declaration(self.bounds.max_contributions,
                                        self.bounds.max_contributions,
                                        self.bounds.max_keys_per_unit, "user")
+        if not self.with_value or self.value_grid is not None:
+            self._check_exact()
+
+    def _check_exact(self):
+        """Counts and grid sums are integers (in grid units): one unit's total (`used`, and so
+        every per-step and per-key amount) and a clamped value must stay below 2^53, where
+        float64 holds and adds integers exactly (`EXACT_LIMIT`; the keys' totals over all
+        units are bounded where they are summed, in the release)."""
+        bounds = self.bounds
+        if bounds.max_contributions < EXACT_LIMIT and (
+                bounds.max_value is None or bounds.max_value < EXACT_LIMIT):
+            return
+        if self.value_grid is None:
+            check.fail("max_contributions", f"an integer < {EXACT_LIMIT_TEXT} (float64 adds "
+                                            f"integers exactly only below it)",
+                       bounds.max_contributions)
+        check.fail("value_resolution", f"at least max_contributions / {EXACT_LIMIT_TEXT} and "
+                                       f"max_value / {EXACT_LIMIT_TEXT} (one unit's total in "
+                                       f"grid units must stay below {EXACT_LIMIT_TEXT}, where "
+                                       f"float64 adds integers exactly)", self.value_grid)
 
     def parse(self, element):
         if type(element) is tuple and not self.with_value and len(element) == 2:
-            # the common case first: plain int / non-empty str ids (what is_id accepts)
+            # the common case first: plain ints and non-empty ASCII strs that is_id accepts
+            # (other strs take the full checks: is_id refuses text that is not Unicode)
             unit, key = element
             kind, key_kind = type(unit), type(key)
-            if (kind is int or kind is str and unit) and (key_kind is int or
-                                                          key_kind is str and key):
+            if (kind is str and unit and unit.isascii() or
+                    kind is int and -ID_INT_LIMIT < unit < ID_INT_LIMIT) and \
+                    (key_kind is str and key and key.isascii() or
+                     key_kind is int and -ID_INT_LIMIT < key < ID_INT_LIMIT):
                 return Parsed(unit, (key, 1.0)), None
         return self._parse(element)
 
@@ -135,14 +173,14 @@ class CountProblem(Problem):
             return None, f"record must be {shape}"
         unit, key = element[0], element[1]
         if not is_id(unit):
-            return None, "unit id must be a non-empty str or int"
+            return None, not_id_reason("unit id", unit)
         if not is_id(key):
-            return None, "key must be a non-empty str or int"
+            return None, not_id_reason("key", key)
         value = 1.0
         if self.with_value:
             value = element[2]
             if not _finite_number(value):
-                return None, f"value must be a finite number; got {value!r}"
+                return None, f"value must be a finite number; got {shown(value)}"
             if self.value_grid is not None:
                 clamped = min(max(float(value), 0.0), self.max_value)
                 value = math.floor(clamped / self.value_grid + 0.5)
@@ -177,12 +215,12 @@ class EntityProblem(Problem):
         if not isinstance(element, (tuple, list)) or len(element) != 3:
             return None, "record must be (op, item, key)"
         op, item, key = element
-        if op not in OPS:
-            return None, f"op must be '+' or '-'; got {op!r}"
+        if not _is_op(op):
+            return None, f"op must be '+' or '-'; got {shown(op)}"
         if not is_id(item):
-            return None, "item id must be a non-empty str or int"
+            return None, not_id_reason("item id", item)
         if not is_id(key):
-            return None, "key must be a non-empty str or int"
+            return None, not_id_reason("key", key)
         return Parsed(item, (op, key)), None
 
     def init_state(self):
@@ -250,12 +288,15 @@ def parse_edge_update(element):
     if not isinstance(element, (tuple, list)) or len(element) != 2:
         return None, "record must be (op, (a, b))"
     op, edge = element
-    if op not in OPS:
-        return None, f"op must be '+' or '-'; got {op!r}"
+    if not _is_op(op):
+        return None, f"op must be '+' or '-'; got {shown(op)}"
     if not isinstance(edge, (tuple, list)) or len(edge) != 2:
-        return None, f"edge must be a pair (a, b); got {edge!r}"
+        return None, f"edge must be a pair (a, b); got {shown(edge)}"
     a, b = edge
     if not (is_id(a) and is_id(b)):
+        bad = b if is_id(a) else a
+        if isinstance(bad, str) and bad and not is_text(bad):
+            return None, not_id_reason("edge endpoint", bad)
         return None, "edge endpoints must be non-empty str or int ids"
     if a == b:
         return None, f"self-loop ({a!r}, {b!r}) is not an edge"
@@ -300,7 +341,10 @@ class TriangleProblem(Problem):
 class DeclaredProblem(Problem):
     """Already-computed differences: elements (key, value), released as given (the caller
     declares S_{D,k} and keys per unit; no truncation). With `integers`, values must be
-    integers (discrete noise)."""
+    integers (discrete noise) and are summed exactly: a value has |value| <= 2^53, and a key's
+    step total of magnitude >= 2^53 (`EXACT_LIMIT`, where float64 stops adding integers
+    exactly) is a violation that halts the key at that step (fail closed, as the triangle
+    bounds; the release bounds the key's running total alike)."""
     declaration: Declaration
     integers: bool = True
 
@@ -310,9 +354,10 @@ class DeclaredProblem(Problem):
             return None, "record must be (key, value)"
         key, value = element
         if not is_id(key):
-            return None, "key must be a non-empty str or int"
+            return None, not_id_reason("key", key)
         if not _finite_number(value) or abs(value) > 2 ** 53:
-            return None, f"value must be a finite number with |value| <= 2^53; got {value!r}"
+            return None, (f"value must be a finite number with |value| <= 2^53; got "
+                          f"{shown(value)}")
         if self.integers and value != math.floor(value):
             return None, (f"value must be an integer with discrete noise (the declared set "
                           f"S_(D,k) is integer); got {value!r}")
@@ -322,4 +367,12 @@ class DeclaredProblem(Problem):
         return None  # declared values carry no truncation state
 
     def advance(self, unit, state, step, payloads):
-        return StepResult(state, ((unit, math.fsum(payloads)),) if payloads else ())
+        if not payloads:
+            return StepResult(state)
+        total = math.fsum(payloads)  # exact, then rounded once: exact below 2^53
+        if self.integers and not -_LIMIT < total < _LIMIT:
+            return StepResult(state, (), (
+                f"exact totals: key {unit!r} halts at step {step}: its step total would reach "
+                f"{EXACT_LIMIT_TEXT} in magnitude (float64 adds integers exactly only below "
+                f"it); no record for this step or later"))
+        return StepResult(state, ((unit, total),))

@@ -1,0 +1,222 @@
+"""Continuations are proven and claimed once (`transforms.claims`, `ContinualX.resume`).
+
+The attacks these reproduce (issue "Privacy that survives the operator", break 2): two transforms
+given the same `release_id=` under a real secret released data with and without one user; their
+records differed by exactly that user's contribution. Replaying `.resume(StepWindow(4, 8), ...)`
+twice from the same saved states, with one extra user the second time, did the same.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import tempfile
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import TimestampedValue
+
+from transforms import ContinualCount, SecretRef, TimeSteps
+from transforms.claims import ClaimOnce, create_if_absent, read_claim
+from transforms.stages import StepWindow
+
+ORIGIN = 1_700_000_000.0
+STEPS = TimeSteps(ORIGIN, 60.0, 8)
+RELEASE = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def secret(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("a private test secret, not a seed")
+    return SecretRef(path=str(path))
+
+
+def events_of(users):
+    """Every user in `users` is counted on key "a" at steps 0, 1, ..., 7; "x" only from step 3."""
+    out = []
+    for user in users:
+        for step in range(STEPS.horizon):
+            if user != "x" or step >= 3:
+                out.append(((user, "a"), ORIGIN + step * 60.0 + 1.0))
+    return out
+
+
+class _Append(beam.DoFn):
+    """Appends each element, pickled, to a file (the pipeline's outputs, for the test)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def process(self, element):
+        with open(self.path, "ab") as handle:
+            pickle.dump(element, handle)
+
+
+def _read(path):
+    out = []
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
+            while True:
+                try:
+                    out.append(pickle.load(handle))
+                except EOFError:
+                    return out
+    return out
+
+
+def run_pipeline(transform, events, window=None, units=None, keys=None, claims=None):
+    """(records sorted by step, unit states, key states) of one pipeline run."""
+    folder = tempfile.mkdtemp(prefix="claims-test-")
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+        elements = (pipeline | "Events" >> beam.Create(events)
+                    | "Stamp" >> beam.Map(lambda e: TimestampedValue(e[0], e[1])))
+        if window is not None:
+            transform = transform.resume(
+                window, pipeline | "Units" >> beam.Create(units or []),
+                pipeline | "Keys" >> beam.Create(keys or []), claims=claims)
+        result = elements | transform
+        for name, pcoll in (("records", result.records), ("units", result.unit_states),
+                            ("keys", result.key_states)):
+            if pcoll is not None:
+                pcoll | f"Keep{name}" >> beam.ParDo(_Append(os.path.join(folder, name)))
+    records = sorted(_read(os.path.join(folder, "records")), key=lambda r: r["step"])
+    return records, _read(os.path.join(folder, "units")), _read(os.path.join(folder, "keys"))
+
+
+def count(secret, **kwargs):
+    return ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0, max_contributions=8,
+                          mechanism="binary_tree", secret=secret, **kwargs)
+
+
+def test_the_attack_works_where_it_is_allowed_insecure_ids_give_the_exact_difference():
+    """The control: with insecure=True (a seed, not private) the same id on two inputs gives
+    the same noise, so the difference of the outputs is exactly the extra user's contribution.
+    This is what a reused id under a real secret would leak."""
+    seeded = dict(secret=SecretRef(seed=1), insecure=True, release_id=RELEASE)
+    without, _, _ = run_pipeline(count(**seeded), events_of(["u"]))
+    with_x, _, _ = run_pipeline(count(**seeded), events_of(["u", "x"]))
+    assert [b["value"] - a["value"] for a, b in zip(without, with_x)] == [0, 0, 0, 1, 2, 3, 4, 5]
+
+
+def test_a_reused_release_id_under_a_real_secret_is_refused(secret):
+    for users in (["u"], ["u", "x"]):
+        with pytest.raises(ValueError, match=r"^`release_id` must be given only to continue a "
+                                             r"private release through `\.resume"):
+            run_pipeline(count(secret, release_id=RELEASE), events_of(users))
+    # a resume of a private release without claims is refused the same way
+    with pytest.raises(ValueError, match=r"^`release_id` must be given only"):
+        run_pipeline(count(secret, release_id=RELEASE), events_of(["u"]),
+                     window=StepWindow(0, 4))
+
+
+def test_a_replayed_window_is_refused_whoever_replays_it(secret, tmp_path):
+    """The hand restart: steps 0-4, then 4-8 from the saved states; replaying 4-8 again (with
+    one more user) is refused before any record, and the claim names the window."""
+    claims = str(tmp_path / "claims")
+    first = count(secret)
+    records, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4),
+                                        claims=claims)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    release = first.release_id
+    again, _, _ = run_pipeline(count(secret, release_id=release), events_of(["u"]),
+                               window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
+    assert [r["step"] for r in again] == [4, 5, 6, 7]
+    claim = read_claim(os.path.join(claims, release, "from-00000004.json"))
+    assert claim["steps"] == [4, 8] and claim["release_id"] == release
+    for users in (["u"], ["u", "x"]):
+        with pytest.raises(Exception, match=r"`claim` must be new: steps 4 -> 8 of release "
+                                            r"\w+ was claimed before"):
+            run_pipeline(count(secret, release_id=release), events_of(users),
+                         window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
+    os.remove(os.path.join(claims, release, "from-00000004.json"))  # the claim deleted
+    with pytest.raises(Exception, match=r"`claim` must be new: steps 4 -> 8 of release "
+                                        r"\w+ was released before"):
+        run_pipeline(count(secret, release_id=release), events_of(["u", "x"]),
+                     window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
+    # a replay of the first window is refused too (by a new transform with the same id),
+    # even with the claims deleted: steps from 0 are released only by the run that drew the id
+    os.remove(os.path.join(claims, release, "from-00000000.json"))
+    with pytest.raises(ValueError, match=r"^`window` must be a continuation after step 0"):
+        run_pipeline(count(secret, release_id=release), events_of(["u", "x"]),
+                     window=StepWindow(0, 4), claims=claims)
+
+
+def test_states_of_another_step_do_not_prove_a_continuation(secret, tmp_path):
+    """The proof is the release's own sealed state at the window's first step: states sealed
+    at step 4 cannot continue from step 6."""
+    claims = str(tmp_path / "claims")
+    first = count(secret)
+    _, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4),
+                                  claims=claims)
+    with pytest.raises(Exception, match=r"`unit_states` must be the sealed unit states of "
+                                        r"release \w+ at step 6 \(no census"):
+        run_pipeline(count(secret, release_id=first.release_id), events_of(["u"]),
+                     window=StepWindow(6, 8), units=units, keys=keys, claims=claims)
+
+
+def test_unit_states_dropped_or_reset_do_not_prove_a_continuation(secret, tmp_path):
+    """Resumed without a unit's state, the unit would start afresh and spend its cap again:
+    the census sealed by the run before refuses an empty, partial or altered set, before the
+    window is claimed (the correct states can still continue)."""
+    from transforms.streams.count import UnitState
+    claims = str(tmp_path / "claims")
+    first = count(secret)
+    _, units, keys = run_pipeline(first, events_of(["u", "x"]), window=StepWindow(0, 4),
+                                  claims=claims)
+    assert len(units) == 2
+    census = read_claim(os.path.join(claims, first.release_id, "units-at-00000004.json"))
+    assert set(census) == {"release_id", "step", "sum", "mac"}  # no count of units
+    (unit, state), other = units[0], units[1]
+    altered = [(unit, UnitState()) if isinstance(state, UnitState) else (unit, None), other]
+    for given in ([], [other], altered, units + [other]):
+        with pytest.raises(Exception, match=r"`unit_states` must be every unit state of release"):
+            run_pipeline(count(secret, release_id=first.release_id), events_of(["u", "x"]),
+                         window=StepWindow(4, 8), units=given, keys=keys, claims=claims)
+    assert not os.path.exists(os.path.join(claims, first.release_id, "from-00000004.json"))
+    records, _, _ = run_pipeline(count(secret, release_id=first.release_id),
+                                 events_of(["u", "x"]), window=StepWindow(4, 8), units=units,
+                                 keys=keys, claims=claims)
+    assert [r["step"] for r in records] == [4, 5, 6, 7]
+
+
+def test_a_literal_secret_is_not_private_without_insecure():
+    with pytest.raises(ValueError, match=r"^`secret` must be a secret from `env`, `path` or `gcp_secret`.*"
+                                         r"got 'literal'\.$"):
+        count(SecretRef(literal=b"bytes in the graph"))
+    records, _, _ = run_pipeline(count(SecretRef(literal=b"bytes in the graph"), insecure=True),
+                                 events_of(["u"]))
+    assert records and all(r["private"] is False for r in records)
+
+
+def test_create_if_absent_carries_its_content_and_leaves_no_temporary(tmp_path):
+    path = str(tmp_path / "sub" / "claim.json")
+    assert create_if_absent(path, b'{"a": 1}')
+    assert not create_if_absent(path, b'{"a": 2}')
+    assert open(path, "rb").read() == b'{"a": 1}'
+    assert sorted(os.listdir(tmp_path / "sub")) == ["claim.json"]
+
+
+def _race(args):
+    path, me = args
+    return create_if_absent(path, json.dumps({"me": me}).encode())
+
+
+def test_concurrent_claims_have_exactly_one_winner_whose_content_is_whole(tmp_path):
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        for trial in range(20):
+            path = str(tmp_path / f"claim-{trial}.json")
+            won = pool.map(_race, [(path, i) for i in range(8)])
+            assert sum(won) == 1
+            assert read_claim(path) == {"me": won.index(True)}
+
+
+def test_claim_once_refuses_the_second_claim_in_one_line(tmp_path):
+    claim = ClaimOnce(str(tmp_path / "c.json"), {"x": 1}, "the thing")
+    claim()
+    with pytest.raises(ValueError, match=r"^`claim` must be new: the thing was claimed before "
+                                         r".*; got '.*c\.json'\.$"):
+        ClaimOnce(str(tmp_path / "c.json"), {"x": 2}, "the thing")()

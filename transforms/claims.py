@@ -1,0 +1,179 @@
+"""Claims: what makes a publication or a continuation happen once, in durable storage.
+
+A release's steps may be published only once: publishing them again on other data with the same
+noise would reveal the difference exactly. Nothing in a job graph can know whether the same graph
+runs elsewhere (a classic template launched twice) or whether saved states were resumed before
+(a hand restart), so every path that publishes or continues a release first *claims* a name with
+an atomic create-if-absent, and only the execution that created it goes on:
+
+    passed = guard(pipeline, ClaimOnce(path, what), "Claim")   # in the job, once, at its start
+    records = guarded(records, passed, "Claimed")              # nothing flows before the claim
+
+`ClaimOnce` fails the job (one line, nothing written) when the name already exists, whoever
+created it. A claim is never released: a job that claimed and then failed leaves its claim, and
+what it claimed stays refused (fail closed; for `pipelines.run` a new run is a new release, for
+the scheduler a new run claims its own checkpoint folder; see `pipelines.commit`).
+
+`create_if_absent` carries its content: a reader never sees an empty or partial claim. Local
+paths: the content is written and synced under a temporary name, then hard-linked to the claimed
+name (link(2) fails if the name exists). gs://: an object write with if_generation_match=0.
+Other filesystems offer no atomic create-if-absent through Beam and are refused.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import uuid
+from typing import Callable, Optional, Union
+
+from transforms.validation import fail
+
+TEMP_PREFIX = ".tmp-"  # `create_if_absent` writes under this prefix, then links
+
+
+def _sync_folder(folder: str) -> None:
+    try:
+        handle = os.open(folder or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
+    """Atomically create `path` holding `data` unless it exists: True if this call created it.
+    The file appears whole or not at all (a kill or a full disk leaves at most a temporary file
+    that nothing reads)."""
+    if "://" not in path:
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f"{TEMP_PREFIX}{os.path.basename(path)}-{uuid.uuid4().hex}")
+        handle = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(temp, path)
+            except OSError as error:
+                if error.errno == errno.EEXIST:
+                    return False
+                raise
+            _sync_folder(folder)
+            return True
+        finally:
+            try:
+                os.remove(temp)
+            except OSError:
+                pass
+    if path.startswith("gs://"):
+        from google.api_core.exceptions import PreconditionFailed
+        from google.cloud import storage
+        bucket, _, name = path[len("gs://"):].partition("/")
+        try:
+            storage.Client().bucket(bucket).blob(name).upload_from_string(
+                data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+    fail("claims", "a local path or gs:// (a claim needs an atomic create-if-absent)", path)
+
+
+def read_claim(path: str) -> Optional[dict]:
+    """The content of a claim (a JSON object), or None when absent."""
+    from apache_beam.io.filesystems import FileSystems
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+class ClaimOnce:
+    """A guard's check (`guard`): creates the claim `path` holding `content` and a fresh
+    execution token, and fails the job when it exists already. `what` says what is claimed,
+    in the error. Returns the token: the guard's singleton carries it to the commit, whose
+    marker names it (a retried commit of this execution finds its own token; another
+    execution of the same graph, which has the same paths, does not)."""
+
+    def __init__(self, path: str, content: dict, what: str, later=()):
+        self.path, self.content, self.what = path, dict(content), what
+        self.later = tuple(later)  # paths that exist only once what is claimed was released
+
+    def __call__(self) -> str:
+        from apache_beam.io.filesystems import FileSystems
+        for path in self.later:  # the claim was deleted, what it claimed was released
+            if not FileSystems.exists(self.path) and FileSystems.exists(path):
+                fail("claim", f"new: {self.what} was released before (its claim is gone, its "
+                              f"result is not)", path)
+        token = uuid.uuid4().hex
+        data = json.dumps(dict(self.content, execution=token), sort_keys=True).encode("utf-8")
+        if not create_if_absent(self.path, data):
+            fail("claim", f"new: {self.what} was claimed before (by an earlier or concurrent "
+                          f"execution; a release's steps are published once: publishing "
+                          f"them again would reveal the difference of the two inputs)",
+                 self.path)
+        return token
+
+
+class WindowClaims:
+    """The API's durable claims of a release's step windows (`.resume(..., claims=folder)`):
+    `<folder>/<release id>/from-<first step>.json`, created once when a job resumes that
+    window. Replaying a window that was claimed is refused, whoever replays it."""
+
+    def __init__(self, folder: str):
+        if not isinstance(folder, str) or not folder:
+            fail("claims", "a folder path (local or gs://) holding the release's claims",
+                 folder)
+        self.folder = folder
+
+    def path(self, release_id: str, first: int) -> str:
+        return "/".join([self.folder.rstrip("/"), release_id, f"from-{first:08d}.json"])
+
+
+class GraphClaim:
+    """A claim named by the job graph itself (one path per staged graph): a second execution
+    of the same graph is refused. The scheduler uses it with its own checkpoint folder's name
+    and relies on its commit markers to order different runs (`pipelines.commit`)."""
+
+    def __init__(self, path: str):
+        self.path_name = path
+
+    def path(self, release_id: str, first: int) -> str:
+        return self.path_name
+
+
+class Claimed:
+    """A claim the caller already made in this job graph: `passed`, the singleton of its
+    `guard` (the scheduler claims its run once for all of its writes, `pipelines.commit`)."""
+
+    def __init__(self, passed):
+        self.passed = passed
+
+
+Claims = Union[WindowClaims, GraphClaim, Claimed]
+
+
+def as_claims(claims) -> Claims:
+    if isinstance(claims, (WindowClaims, GraphClaim, Claimed)):
+        return claims
+    return WindowClaims(claims)
+
+
+def guard(pipeline, check: Callable[[], object], label: str):
+    """A singleton that exists only once `check()` passed, in the job (not in the driver)."""
+    import apache_beam as beam
+    return pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
+        lambda _: check() or True)
+
+
+def guarded(pcoll, passed, label: str):
+    """`pcoll`, released only after the guard `passed` (a side input waits for it)."""
+    import apache_beam as beam
+    return pcoll | label >> beam.Map(lambda element, _: element,
+                                      beam.pvalue.AsSingleton(passed))
