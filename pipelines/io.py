@@ -23,9 +23,9 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines import config as job_config
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
-from transforms.stages import DEAD_LETTER, dead_letter, dead_letter_record
-from transforms.streams.records import is_id
-from transforms.validation import fail
+from transforms.stages import DEAD_LETTER, DEAD_LETTER_CHARS, dead_letter, dead_letter_record
+from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, is_id, is_text
+from transforms.validation import BadText, fail, message
 
 SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
          "csv": WriteRecordsToCsv}
@@ -38,21 +38,32 @@ _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 def parse_cell(name: str, kind: str, cell, timestamp_format: str = "iso"):
     """A cell -> its declared type, or a ValidationError "`name` must be ...; got cell.".
     Strict: booleans are not numbers, "1_000" and " 1" are not numbers, NaN and infinities are
-    refused, timestamps lie in the years 1 to 9999."""
+    refused, timestamps lie in the years 1 to 9999. Text that is not Unicode (a lone surrogate,
+    e.g. from the JSON escape "\\ud800") is refused whatever the type (a `BadText`): no coder or
+    sink could carry it."""
+    if isinstance(cell, str) and not is_text(cell):
+        fail(name, TEXT_CONDITION, cell, BadText)
     if kind == "timestamp":
-        seconds = parse_cell(name, "float", cell) if timestamp_format == "seconds" else \
-            job_config.parse_time(name, cell)
+        try:
+            seconds = parse_cell(name, "float", cell) if timestamp_format == "seconds" else \
+                job_config.parse_time(name, cell)
+        except OverflowError:  # an int beyond the floats
+            seconds = math.inf
         if not job_config.TIME_RANGE[0] <= seconds <= job_config.TIME_RANGE[1]:
             fail(name, "a time in the years 1 to 9999", cell)
         return seconds
     if kind == "float":
         number = float(cell) if isinstance(cell, str) and _FLOAT.fullmatch(cell) else cell
         if isinstance(number, bool) or not isinstance(number, (int, float)) or \
-                not math.isfinite(number):
+                not _finite(number):
             fail(name, "a finite number", cell)
         return float(number)
     if kind == "int":
-        number = int(cell) if isinstance(cell, str) and _INT.fullmatch(cell) else cell
+        number = cell
+        if isinstance(cell, str) and _INT.fullmatch(cell):
+            digits = cell.lstrip("+-").lstrip("0")  # (int() refuses over 4,300 digits)
+            if len(digits) <= 19:  # longer: beyond 2^63, refused below
+                number = -int(digits or "0") if cell.startswith("-") else int(digits or "0")
         if isinstance(number, bool) or not isinstance(number, int) or abs(number) >= 2 ** 63:
             fail(name, "an integer", cell)
         return number
@@ -63,6 +74,36 @@ def parse_cell(name: str, kind: str, cell, timestamp_format: str = "iso"):
     if not is_id(cell) or isinstance(cell, tuple):  # "id": a non-empty str or an int
         fail(name, "a non-empty str or int", cell)
     return cell
+
+
+def _finite(number) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an int beyond the floats
+        return False
+
+
+# Which person a unit id names must not depend on the file format: an id declared "id" (str or
+# int) that is an integer is read as its decimal text, so "7" in CSV and 7 in JSON lines or an
+# integer Parquet column are one unit. Bound to the release (`input_binding`): a release started
+# under another rule is refused, since its saved unit states would not join the new ids.
+UNIT_ROLES = ("unit", "item")
+UNIT_IDS = "unit-ids/1: an integer id declared `id` is its decimal text"
+
+
+def canonical_unit(value):
+    """A unit id declared `id` as the release keys it (see UNIT_IDS)."""
+    return str(value) if type(value) is int else value
+
+
+def input_binding(job: job_config.JobConfig) -> dict:
+    """Everything about reading the input that decides what a unit or a key is: the format,
+    the field map, every role's declared type (defaults resolved), the timestamp format and the
+    id rule. Part of a release's ledger (`checkpoints.fingerprint`): changing it is refused."""
+    source = job.input
+    return {"format": source.format, "fields": dict(source.fields),
+            "types": {role: source.type_of(role) for role in sorted(source.fields)},
+            "timestamp_format": source.timestamp_format, "ids": UNIT_IDS}
 
 
 class ToElement(beam.DoFn):
@@ -80,9 +121,13 @@ class ToElement(beam.DoFn):
             for role, column in job.input.fields.items():
                 if column not in row:
                     raise ValueError(f"missing field {column!r}")
-                values[role] = parse_cell(column, job.input.type_of(role), row[column],
-                                          job.input.timestamp_format)
-        except (ValueError, TypeError, OverflowError) as error:
+                kind = job.input.type_of(role)
+                values[role] = parse_cell(column, kind, row[column], job.input.timestamp_format)
+                if kind == "id" and role in UNIT_ROLES:
+                    values[role] = canonical_unit(values[role])
+        except BadText as error:
+            yield dead_letter(row, f"{BAD_TEXT}: {error}")
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as error:
             yield dead_letter(row, f"{error}")
         else:
             seconds = values.pop("timestamp")
@@ -157,7 +202,7 @@ class _TableToBatch(beam.DoFn):
     def process(self, table):
         import numpy as np
         import pyarrow as pa
-        from transforms.arrow_input import EventBatch, beam_micros, flat_roles
+        from transforms.arrow_input import EventBatch, beam_micros, flat_roles, named_column
         if not table.num_rows:
             return
         job = self.job
@@ -167,7 +212,7 @@ class _TableToBatch(beam.DoFn):
         for role, column in job.input.fields.items():
             kind = job.input.type_of(role)
             fast = None if column not in names or (role == "timestamp") != (
-                kind == "timestamp") else _fast_column(kind, table.column(column),
+                kind == "timestamp") else _fast_column(kind, named_column(table, column),
                                                        job.input.timestamp_format)
             if fast is None:
                 ok[:] = False
@@ -175,11 +220,13 @@ class _TableToBatch(beam.DoFn):
             ok &= fast[0]
             if role == "timestamp":
                 seconds = fast[1]
+            elif kind == "id" and role in UNIT_ROLES and pa.types.is_integer(fast[1].type):
+                values[role] = fast[1].cast(pa.string())  # = canonical_unit, vectorised
             else:
                 values[role] = fast[1]
         extra = []
         if not ok.all():
-            for row in _python_rows(table.filter(pa.array(~ok))):
+            for row in _python_rows(table.filter(pa.array(~ok)), set(job.input.fields.values())):
                 if isinstance(row, beam.pvalue.TaggedOutput):
                     yield row
                     continue
@@ -200,12 +247,15 @@ class _TableToBatch(beam.DoFn):
             yield EventBatch(self.spec.shape, columns, micros, extra)
 
 
-def _python_rows(table):
+def _python_rows(table, mapped=None):
     """The table's rows as dicts; a row Arrow cannot convert (a timestamp outside Python's
-    years 1-9999) is a dead letter holding its cells as text, never a crash."""
+    years 1-9999) is a dead letter holding its cells as text, never a crash, if the cell Python
+    cannot hold is in a `mapped` column (default: any); else that cell is `Unreadable` (the
+    vectorised checks, which see mapped columns only, keep such a row too)."""
+    from transforms.arrow_input import Unreadable, cell_text
     try:
         rows = table.to_pylist()
-    except (ValueError, OverflowError, ArithmeticError):
+    except Exception:  # noqa: BLE001 (any pyarrow conversion failure: row by row below)
         rows = None
     if rows is not None:
         yield from rows
@@ -213,12 +263,21 @@ def _python_rows(table):
     for index in range(table.num_rows):
         row = table.slice(index, 1)
         try:
-            yield row.to_pylist()[0]
-        except (ValueError, OverflowError, ArithmeticError) as failure:
-            cells = {name: str(row.column(name).cast("int64").to_pylist()[0])
-                     if str(row.column(name).type).startswith(("timestamp", "date"))
-                     else str(row.column(name).to_pylist()[0]) for name in row.column_names}
-            yield dead_letter(cells, f"unreadable Parquet row: {str(failure)[:200]}")
+            converted = row.to_pylist()[0]
+        except Exception as failure:  # noqa: BLE001 (any pyarrow failure: cell by cell)
+            converted, unreadable = {}, False
+            for position, name in enumerate(row.column_names):
+                try:
+                    converted[name] = row.column(position).to_pylist()[0]
+                except Exception:  # noqa: BLE001 (this cell cannot be a Python value)
+                    converted[name] = Unreadable(cell_text(row.column(position)))
+                    unreadable |= mapped is None or name in mapped
+            if unreadable:
+                cells = {name: cell_text(row.column(position))
+                         for position, name in enumerate(row.column_names)}
+                yield dead_letter(cells, f"unreadable Parquet row: {str(failure)[:200]}")
+                continue
+        yield converted
 
 
 def read_parquet_batches(pipeline, job: job_config.JobConfig):
@@ -282,7 +341,10 @@ def write_dead_letters(dead_letters, prefix: str):
 
 def read_rows(pipeline, job: job_config.JobConfig):
     """-> (rows as dicts, [dead letters]). Text is read as bytes and decoded here, so a bad
-    line (invalid UTF-8, broken JSON or CSV, a blank line) is one dead letter, never a crash."""
+    record (invalid UTF-8, text that is not Unicode, broken JSON or CSV, a blank line) is one
+    dead letter, never a crash. JSON lines: one record per line (the lines of a file are read in
+    parallel). CSV: the records of a file, read by one worker (files in parallel), so that a
+    quoted cell may hold line breaks (RFC 4180): a record is one or more lines."""
     if job.input.format == "parquet":
         good, bad = check_parquet_files(job.input.path)
         rows = (pipeline | "ParquetFiles" >> beam.Create(good)
@@ -290,14 +352,14 @@ def read_rows(pipeline, job: job_config.JobConfig):
         dead = pipeline | "UnreadableFiles" >> beam.Create(
             [dead_letter_record(path, f"unreadable Parquet file: {why}") for path, why in bad])
         return rows, [dead]
-    lines = pipeline | "ReadText" >> beam.io.ReadFromText(
-        job.input.path, skip_header_lines=1 if job.input.format == "csv" else 0,
-        coder=beam.coders.BytesCoder())
     if job.input.format == "jsonl":
+        lines = pipeline | "ReadText" >> beam.io.ReadFromText(
+            job.input.path, coder=beam.coders.BytesCoder())
         parsed = lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(
             DEAD_LETTER, main="rows")
     else:
-        parsed = lines | "ParseCsv" >> beam.ParDo(_ParseCsv(csv_header(job.input.path))
+        files = pipeline | "CsvFiles" >> beam.Create(input_files(job.input.path))
+        parsed = files | "ParseCsv" >> beam.ParDo(_ParseCsvFile(csv_header(job.input.path))
                                                   ).with_outputs(DEAD_LETTER, main="rows")
     return parsed.rows, [parsed[DEAD_LETTER]]
 
@@ -310,31 +372,146 @@ def _decoded(line: bytes) -> str:
     return text
 
 
+def _not_text(row: dict):
+    """(field, text) for the first str of a JSON row that is not Unicode text (`is_text`), at
+    any depth, field names included; None when every str is text."""
+    for name, value in row.items():
+        if not is_text(name):
+            return "field name", name
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if not is_text(item):
+                    return name, item
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif isinstance(item, dict):
+                for inner, part in item.items():
+                    if not is_text(inner):
+                        return name, inner
+                    stack.append(part)
+    return None
+
+
 class _ParseJson(beam.DoFn):
     def process(self, line: bytes):
         try:
-            row = json.loads(_decoded(line))
+            text = _decoded(line)
+            row = json.loads(text)
             if not isinstance(row, dict):
                 raise ValueError("a JSON line must be an object")
         except (ValueError, RecursionError) as error:
             yield dead_letter(line, f"invalid JSON line: {str(error)[:200]}")
+            return
+        # escapes such as "\\ud800" decode to lone surrogates: no UTF-8 encoding exists, so
+        # no coder or sink could carry the row (the line's raw bytes are valid UTF-8 here)
+        found = _not_text(row) if "\\u" in text else None
+        if found is not None:
+            yield dead_letter(line, f"{BAD_TEXT}: {message(found[0], TEXT_CONDITION, found[1])}")
         else:
             yield row
 
 
-class _ParseCsv(beam.DoFn):
+class _ParseCsvFile(beam.DoFn):
+    """A CSV file (its path) -> a row per record after the header record (a dict by the
+    header's names) or a dead letter (`csv_records`). One worker reads the file from its start,
+    record by record, so a quoted cell may hold line breaks (a record is one or more lines)."""
+
     def __init__(self, header):
         self.header = header
 
-    def process(self, line: bytes):
-        try:
-            values = next(csv.reader([_decoded(line)]))
-            if len(values) != len(self.header):
-                raise ValueError(f"{len(values)} columns, the header has {len(self.header)}")
-        except (ValueError, csv.Error) as error:
-            yield dead_letter(line, f"invalid CSV line: {str(error)[:200]}")
+    def process(self, path: str):
+        with FileSystems.open(path) as handle:
+            yield from csv_records(iter(handle.readline, b""), self.header)
+
+
+CSV_RECORD_BYTES = 1 << 20  # a longer CSV record is one dead letter (its lines read to its end)
+_CSV_SPECIAL = re.compile(r'[",]')
+_START, _UNQUOTED, _QUOTED, _QUOTE_IN_QUOTED = range(4)
+
+
+def _quoted_after(text: str, quoted: bool) -> bool:
+    """Whether a CSV record is inside a quoted cell after the physical line `text`, given whether
+    it was before it: the csv module's rules (a quote opens a cell only at its start, "" in a
+    quoted cell is a quote, other text after a closing quote joins the cell). Only quotes and
+    commas change the state, so the scan jumps from one to the next."""
+    if '"' not in text:
+        return quoted
+    state, position = (_QUOTED if quoted else _START), 0
+    for match in _CSV_SPECIAL.finditer(text):
+        at = match.start()
+        if at > position and state in (_START, _QUOTE_IN_QUOTED):
+            state = _UNQUOTED  # other characters first: an unquoted cell
+        quote = text[at] == '"'
+        if state == _START:
+            state = _QUOTED if quote else _START
+        elif state == _UNQUOTED:
+            state = _UNQUOTED if quote else _START
+        elif state == _QUOTED:
+            state = _QUOTE_IN_QUOTED if quote else _QUOTED
         else:
-            yield dict(zip(self.header, values))
+            state = _QUOTED if quote else _START
+        position = at + 1
+    return state == _QUOTED
+
+
+def csv_records(lines, header):
+    """A CSV file's physical lines (bytes, with their line ends) -> a row (dict by `header`) or
+    a dead letter per record after the first (the header). A record is one or more lines (a
+    quoted cell may hold line breaks); its dead letter holds its bytes. Invalid UTF-8, a quoted
+    cell still open at the end of the file, a blank record, a record over 1 MiB, a csv error
+    or a column count other than the header's: one dead letter per record, never a crash."""
+    first = True
+    raw, texts, size, quoted, undecodable = [], [], 0, False, None
+    for line in lines:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            undecodable = undecodable or error
+            text = line.decode("utf-8", "surrogateescape")  # its quotes still count
+        size += len(line)
+        if size <= CSV_RECORD_BYTES:
+            raw.append(line)
+            texts.append(text)
+        elif not raw:  # a first line over the limit: its start, for the dead letter
+            raw.append(line[:4 * DEAD_LETTER_CHARS])
+        quoted = _quoted_after(text, quoted)
+        if quoted:
+            continue  # a quoted cell goes on in the next line
+        if not first:
+            yield _csv_record(raw, texts, size, undecodable, header)
+        first = False
+        raw, texts, size, undecodable = [], [], 0, None
+    if size and not first:
+        yield _csv_record(raw, texts, size, undecodable, header,
+                          "a quoted cell is still open at the end of the file")
+
+
+def _csv_record(raw, texts, size, undecodable, header, problem=None):
+    values = None
+    if problem is None and undecodable is not None:
+        problem = undecodable
+    elif problem is None and size > CSV_RECORD_BYTES:
+        problem = f"a record of {size} bytes, over {CSV_RECORD_BYTES} (a quoted cell not closed?)"
+    elif problem is None and not "".join(texts).strip():
+        problem = "blank line"
+    if problem is None:
+        lines = iter(texts)
+        try:
+            values = next(csv.reader(lines))
+            if next(lines, None) is not None:
+                problem = "a record that ends before its last line"
+        except csv.Error as error:
+            problem = error
+    if problem is None and len(values) != len(header):
+        problem = f"{len(values)} columns, the header has {len(header)}"
+    if problem is None:
+        return dict(zip(header, values))
+    record = b"".join(raw)
+    record = record[:-2] if record.endswith(b"\r\n") else \
+        record[:-1] if record.endswith(b"\n") else record
+    return dead_letter(record, f"invalid CSV line: {str(problem)[:200]}")
 
 
 def input_files(pattern: str):
