@@ -249,7 +249,10 @@ def load(name: str) -> JobConfig:
     except UnicodeDecodeError:
         fail("config", "a UTF-8 text file", name)
     except yaml.YAMLError as error:
-        fail("config", "valid YAML", str(error).splitlines()[0])
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        where = f"{name}, line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        fail("config", "valid YAML", f"{where}{problem}")
     base_dir = path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
     return validate(raw, base_dir=base_dir)
 

@@ -78,8 +78,60 @@ def one_release(rows: List[dict]) -> List[dict]:
     return sorted(unique.values(), key=lambda r: (str(r["key"]), r["step"]))
 
 
-def true_totals(config_path: str) -> Dict[str, List[float]]:
-    """The job's running totals with the same truncation and zero noise."""
+def release_descriptor(given: str):
+    """The release's descriptor next to its records, when there is one: `release.json` of a
+    run's public folder (or the folder of a glob), or the ledger of a state directory's last
+    committed checkpoint; None when the input carries none."""
+    if os.path.isdir(os.path.join(given, "commits")):
+        from pipelines.checkpoints import LEDGER, committed_checkpoints
+        chain = committed_checkpoints(given)
+        path = os.path.join(chain[-1][1], LEDGER) if chain else None
+    else:
+        folder = given if os.path.isdir(given) else os.path.dirname(given)
+        path = os.path.join(folder, "release.json")
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle).get("descriptor")
+
+
+# what a truth config must share with the release it is compared with (the descriptor's fields
+# that decide the true totals; the noise and the mechanism do not)
+TRUTH_FIELDS = ("transform", "horizon", "origin", "step_seconds", "bounds", "declaration",
+                "public_keys")
+
+
+def check_truth(rows: List[dict], descriptor, transform) -> None:
+    """Refuse, in one line, a truth config that is not the release's: another transform,
+    horizon, time steps, bounds or keys (from the release's descriptor when the input has one,
+    else from what its records say: steps, keys and budget)."""
+    mine = transform.descriptor
+    if descriptor is not None:
+        for field in TRUTH_FIELDS:
+            if descriptor.get(field) != mine.get(field):
+                raise ValueError(f"`truth-config` must describe the release it is compared "
+                                 f"with (its {field}: {descriptor.get(field)!r}); got "
+                                 f"{mine.get(field)!r}.")
+    last = max(r["step"] for r in rows)
+    if last >= mine["horizon"]:
+        raise ValueError(f"`truth-config` must describe the release it is compared with (its "
+                         f"records reach step {last}); got a horizon of {mine['horizon']}.")
+    keys = {str(r["key"]) for r in rows}
+    from transforms.release import key_text
+    missing = sorted(keys - {key_text(k) for k in transform.public_keys})
+    if missing:
+        raise ValueError(f"`truth-config` must describe the release it is compared with (its "
+                         f"keys include {missing[0]!r}); got other public keys.")
+    budget = {name: rows[0].get(name) for name in ("epsilon", "delta", "rho")}
+    if budget != {name: mine["budget"].get(name) for name in budget}:
+        raise ValueError(f"`truth-config` must describe the release it is compared with (its "
+                         f"budget: {budget}); got {mine['budget']}.")
+
+
+def true_totals(config_path: str, rows: List[dict] = None,
+                descriptor=None) -> Dict[str, List[float]]:
+    """The job's running totals with the same truncation and zero noise, once the config is
+    checked against the release's records `rows` and descriptor (`check_truth`)."""
     import tempfile
 
     import apache_beam as beam
@@ -93,6 +145,8 @@ def true_totals(config_path: str) -> Dict[str, List[float]]:
                       secret=job_config.SecretSpec(insecure=True))
     from transforms.release import NoNoise
     transform = job_run.build_transform(job, noise_source=NoNoise())
+    if rows is not None:
+        check_truth(rows, descriptor, transform)
     try:
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
             job_run.build(pipeline, job, transform)
@@ -216,7 +270,8 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     try:
         rows = read_records(args.input)
-        truth = true_totals(args.truth_config) if args.truth_config else None
+        truth = true_totals(args.truth_config, rows, release_descriptor(args.input)) \
+            if args.truth_config else None
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

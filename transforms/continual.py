@@ -184,7 +184,9 @@ class _ContinualBase(beam.PTransform):
         self.max_state_bytes_per_key = check_state_budget(max_state_bytes_per_key)
         self.confidence = check.open_unit_interval("confidence", confidence)
         if sum(x is not None for x in (secret, seed, noise_source)) != 1:
-            check.fail("secret", "given, or else exactly one of `seed` or `noise_source`", secret)
+            check.fail("secret", "given once, as SecretRef(env=\"DP_SECRET\") (or path= or "
+                                 "gcp_secret=; for insecure demos and tests only: `seed` or "
+                                 "`noise_source` instead, with insecure=True)", secret)
         if secret is not None and not isinstance(secret, SecretRef):
             check.fail("secret", "a SecretRef (env, path, seed or literal)", secret)
         # the release's secret: a SecretRef, or an injected source (tests, the operator's exact

@@ -110,6 +110,10 @@ def test_valid_config_and_files(tmp_path):
     path.write_text("job: [unclosed")
     with pytest.raises(ConfigError, match=r"^`config` must be valid YAML"):
         load(str(path))
+    path.write_text("job: x\ninput: [a, b\nsteps: 1\n")
+    with pytest.raises(ConfigError, match=r"^`config` must be valid YAML; got \".*job\.yaml, "
+                                          r"line 3, column 6: expected ',' or '\]'"):
+        load(str(path))
     with pytest.raises(ConfigError, match=r"^`config` must be an existing YAML file"):
         load(str(tmp_path / "missing.yaml"))
 

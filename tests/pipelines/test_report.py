@@ -91,3 +91,56 @@ def test_report_reads_a_state_directory_as_one_release(tmp_path):
     assert sorted({r["step"] for r in rows}) == list(range(6)) and len(rows) == 3 * 6
     published = glob.glob(str(tmp_path / "out" / "signups-scheduled" / "*"))
     assert len(published) == 1 and report.read_records(published[0]) == rows
+
+
+def _truth_config(tmp_path, name, **changes):
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 6
+    for section, value in changes.items():
+        config[section] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_report_refuses_a_truth_config_that_is_not_the_releases(tmp_path, capsys):
+    """The newcomer's mismatches: a shorter horizon (was an IndexError), another transform
+    (was "0 of 98" in silence), other bounds (was 98/98): each refused in one line, exit 2."""
+    release = _truth_config(tmp_path, "release")
+    assert job_run.main(["--config", release]) == 0
+    folder = str(tmp_path / "out" / "signups")
+    base = yaml.safe_load(open(release))
+    shorter = _truth_config(tmp_path, "shorter", steps=dict(base["steps"], horizon=4))
+    bounds = dict(base.get("bounds") or {})
+    first_bound = sorted(bounds)[0]
+    other_bounds = _truth_config(tmp_path, "bounds", bounds=dict(
+        bounds, **{first_bound: bounds[first_bound] + 1}))
+    other_transform = _truth_config(
+        tmp_path, "transform", transform="count", bounds={"max_contributions": 1},
+        input=dict(base["input"], fields={"timestamp": "ts", "unit": "region",
+                                          "key": "region"}))
+    for config, field in ((shorter, "horizon"), (other_bounds, "bounds"),
+                          (other_transform, "transform")):
+        for given in (folder, os.path.join(folder, "records-*.jsonl")):
+            assert report.main(["--input", given, "--out", str(tmp_path / "r"),
+                                "--truth-config", config]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: `truth-config` must describe the release it is "
+                                  f"compared with (its {field}") and err.count("\n") == 1
+    assert report.main(["--input", folder, "--out", str(tmp_path / "r"),
+                        "--truth-config", release]) == 0
+
+
+def test_without_a_descriptor_the_records_still_refuse_a_shorter_horizon(tmp_path, capsys):
+    release = _truth_config(tmp_path, "release")
+    assert job_run.main(["--config", release]) == 0
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    for path in glob.glob(str(tmp_path / "out" / "signups" / "records-*.jsonl")):
+        (lonely / os.path.basename(path)).write_text(open(path).read())
+    base = yaml.safe_load(open(release))
+    shorter = _truth_config(tmp_path, "shorter", steps=dict(base["steps"], horizon=4))
+    assert report.main(["--input", str(lonely), "--out", str(tmp_path / "r"),
+                        "--truth-config", shorter]) == 2
+    assert "its records reach step 5); got a horizon of 4." in capsys.readouterr().err
