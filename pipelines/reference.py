@@ -1,16 +1,19 @@
-"""Prints the README's transform table and config reference, generated from the registry;
-with --update-readme, rewrites every generated part of a README in place: the two registry
-tables and each block marked `<!-- output: python3 -m MODULE ARGS -->` with what that command
-prints now.
+"""Prints the transform table and config reference, generated from the registry; with
+--update-readme, rewrites every generated part of the given Markdown files in place (README.md
+and the pages of docs/ by default): the two registry tables (between `<!-- transforms:start -->`
+/ `<!-- registry:start -->` and their `:end` markers, wherever a file has them) and each block
+marked `<!-- output: python3 -m MODULE ARGS -->` with what that command prints now.
 
-    python3 -m pipelines.reference [--update-readme README.md]
+    python3 -m pipelines.reference [--update-readme [README.md docs/operations.md ...]]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import importlib
 import io
+import os
 import re
 import shlex
 import sys
@@ -20,6 +23,14 @@ from transforms import registry
 OUTPUT_BLOCK = re.compile(r"(<!-- output: (?P<command>[^>]+?) -->\n```text\n)(?P<text>.*?)(```)",
                           re.S)
 TABLES = {"transforms": registry.transform_table, "registry": registry.config_reference}
+
+
+def documents(root: str = ".") -> list:
+    """The Markdown files whose generated parts are kept equal to their commands: README.md and
+    docs/*.md under `root`, as paths relative to it."""
+    pages = sorted(os.path.relpath(path, root)
+                   for path in glob.glob(os.path.join(root, "docs", "*.md")))
+    return ["README.md"] + [page.replace(os.sep, "/") for page in pages]
 
 
 def printed(command: str) -> str:
@@ -40,8 +51,12 @@ def updated(text: str) -> str:
                             text)
     for name, make in TABLES.items():
         start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
-        head, _, rest = text.partition(start)
-        _, _, tail = rest.partition(end)
+        head, found, rest = text.partition(start)
+        if not found:
+            continue
+        _, closed, tail = rest.partition(end)
+        if not closed:
+            raise ValueError(f"`<!-- {name}:start -->` must be followed by `<!-- {name}:end -->`.")
         text = head + start + make() + end + tail
     return text
 
@@ -49,16 +64,19 @@ def updated(text: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.reference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--update-readme", metavar="README",
-                        help="rewrite the generated parts of this file in place")
+    parser.add_argument("--update-readme", metavar="FILE", nargs="*",
+                        help="rewrite the generated parts of these Markdown files in place "
+                             "(none given: README.md and docs/*.md)")
     args = parser.parse_args(argv)
-    if args.update_readme:
-        with open(args.update_readme, encoding="utf-8") as handle:
-            text = handle.read()
-        new = updated(text)
-        with open(args.update_readme, "w", encoding="utf-8") as handle:
-            handle.write(new)
-        print(f"{args.update_readme}: {'updated' if new != text else 'already up to date'}")
+    if args.update_readme is not None:
+        for path in args.update_readme or documents():
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            new = updated(text)
+            if new != text:
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(new)
+            print(f"{path}: {'updated' if new != text else 'already up to date'}")
         return 0
     print(registry.transform_table() + "\n\n" + registry.config_reference())
     return 0

@@ -76,16 +76,23 @@ def test_beam_free_cores_import_no_beam(package):
                 assert not any(m.startswith("apache_beam") for m in imported), path
 
 
-def test_readme_config_reference_is_the_registry():
+def generated_table(name):
+    """The table between `<!-- NAME:start -->` and `<!-- NAME:end -->` in the one page of
+    README.md and docs/*.md that has it."""
+    from pipelines import reference
+    start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
+    texts = [open(os.path.join(ROOT, path), encoding="utf-8").read()
+             for path in reference.documents(ROOT)]
+    pages = [text for text in texts if start in text]
+    assert len(pages) == 1, f"{name} table in {len(pages)} pages"
+    return pages[0].split(start, 1)[1].split(end, 1)[0]
+
+
+def test_docs_config_reference_is_the_registry():
     from transforms import registry
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    block = text.split("<!-- registry:start -->\n", 1)[1].split("\n<!-- registry:end -->", 1)[0]
-    assert block == registry.config_reference()
+    assert generated_table("registry") == registry.config_reference()
 
 
 def test_readme_transform_table_is_the_registry():
     from transforms import registry
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    block = text.split("<!-- transforms:start -->\n", 1)[1].split("\n<!-- transforms:end -->",
-                                                                   1)[0]
-    assert block == registry.transform_table()
+    assert generated_table("transforms") == registry.transform_table()

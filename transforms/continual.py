@@ -489,7 +489,7 @@ class ContinualSum(_ContinualBase):
 
     With discrete noise (the default) values are rounded to the grid `value_resolution` g
     (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
-    units of g, so the release is exact integers times g (see the README's privacy model).
+    units of g, so the release is exact integers times g (see docs/privacy.md).
     One unit's total and `max_value` must stay below 2^53 grid units (exact in float64)."""
 
     def __init__(self, *, max_value: float, max_contributions: int = 1,

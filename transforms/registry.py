@@ -1,6 +1,6 @@
 """One row per transform: its class, the input fields it reads (in element order), and its
 bounds with their defaults. Config validation (`pipelines.config`), element parsing
-(`pipelines.io`) and the README's config reference are derived from these rows, so adding a
+(`pipelines.io`) and the config reference (docs/operations.md) are derived from these rows, so adding a
 transform touches one row here, one problem in `streams/units.py` and one class in
 `continual.py`. Imports no Beam (classes are loaded on first use).
 """
@@ -77,7 +77,7 @@ NAMES = tuple(SPECS)
 
 
 def transform_table() -> str:
-    """The README's table of the transforms (kept equal to the README by a test)."""
+    """The README's table of the transforms (kept equal to it by a test)."""
     def shape(parts):
         return "(" + ", ".join(shape(p) if isinstance(p, tuple) else p for p in parts) + ")"
     lines = ["| transform | elements (with event time) | protected unit | releases |",
@@ -89,7 +89,7 @@ def transform_table() -> str:
 
 
 def config_reference() -> str:
-    """The README's per-transform config table (kept equal to the README by a test;
+    """The per-transform config table of docs/operations.md (kept equal to it by a test;
     regenerate with `python3 -m pipelines.reference`)."""
     def default(value):
         return "required" if value == REQUIRED else ("none" if value is None else repr(value))

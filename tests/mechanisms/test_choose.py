@@ -31,7 +31,7 @@ def test_regimes(horizon):
     """Float noise, zCDP: square root for small k, naive for k close to T. Pure DP: k-ary
     subtraction with a large odd arity for small and moderate k, naive for k close to T. (With
     exact errors, the tree window that seed 004 Sec. 11 derives from asymptotic constants does
-    not open for T <= 2^20; see the README.) The discrete square root wins under zCDP too,
+    not open for T <= 2^20; see docs/planning.md.) The discrete square root wins under zCDP too,
     within 1 % of the float one."""
     for k in (1, 2, 8):
         best, _ = choose(horizon, {"rho": 0.5}, k, noise="float")

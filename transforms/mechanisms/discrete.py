@@ -25,7 +25,7 @@ Every magnitude's probability is off by less than 2^-127 (rounding of C_m), so t
 within total variation (M + 1) 2^-124 <= 2^-103 of the exact one (thresholds are exact up to a
 few units of 2^-127; M <= 2^20). A release drawing N node values is within N 2^-103 of the exact
 mechanism (N <= 2^40 gives 2^-63): it is (epsilon, delta)-DP / delta-approximate rho-zCDP with
-delta = N 2^-103 (1 + e^epsilon), stated in the README. The support is all of Z (nothing is cut, unlike float64 samplers).
+delta = N 2^-103 (1 + e^epsilon), stated in docs/privacy.md. The support is all of Z (nothing is cut, unlike float64 samplers).
 """
 from __future__ import annotations
 
