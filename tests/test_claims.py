@@ -117,9 +117,8 @@ def test_a_replayed_window_is_refused_whoever_replays_it(secret, tmp_path):
     """The hand restart: steps 0-4, then 4-8 from the saved states; replaying 4-8 again (with
     one more user) is refused before any record, and the claim names the window."""
     claims = str(tmp_path / "claims")
-    first = count(secret)
-    records, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4),
-                                        claims=claims)
+    first = count(secret, claims=claims)
+    records, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4))
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     release = first.release_id
     again, _, _ = run_pipeline(count(secret, release_id=release), events_of(["u"]),
@@ -149,9 +148,8 @@ def test_states_of_another_step_do_not_prove_a_continuation(secret, tmp_path):
     """The proof is the release's own sealed state at the window's first step: states sealed
     at step 4 cannot continue from step 6."""
     claims = str(tmp_path / "claims")
-    first = count(secret)
-    _, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4),
-                                  claims=claims)
+    first = count(secret, claims=claims)
+    _, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4))
     with pytest.raises(Exception, match=r"`unit_states` must be the sealed unit states of "
                                         r"release \w+ at step 6 \(no census"):
         run_pipeline(count(secret, release_id=first.release_id), events_of(["u"]),
@@ -164,9 +162,8 @@ def test_unit_states_dropped_or_reset_do_not_prove_a_continuation(secret, tmp_pa
     window is claimed (the correct states can still continue)."""
     from transforms.streams.count import UnitState
     claims = str(tmp_path / "claims")
-    first = count(secret)
-    _, units, keys = run_pipeline(first, events_of(["u", "x"]), window=StepWindow(0, 4),
-                                  claims=claims)
+    first = count(secret, claims=claims)
+    _, units, keys = run_pipeline(first, events_of(["u", "x"]), window=StepWindow(0, 4))
     assert len(units) == 2
     census = read_claim(os.path.join(claims, first.release_id, "units-at-00000004.json"))
     assert set(census) == {"release_id", "step", "sum", "mac"}  # no count of units
@@ -220,3 +217,87 @@ def test_claim_once_refuses_the_second_claim_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^`claim` must be new: the thing was claimed before "
                                          r".*; got '.*c\.json'\.$"):
         ClaimOnce(str(tmp_path / "c.json"), {"x": 2}, "the thing")()
+
+
+def _two_windows(secret, tmp_path, users=("u",)):
+    """Steps 0-4 then 4-8 of one private release on `users`, claimed in tmp_path/claims."""
+    claims = str(tmp_path / "claims")
+    first = count(secret, claims=claims)
+    _, units, keys = run_pipeline(first, events_of(list(users)), window=StepWindow(0, 4))
+    run_pipeline(count(secret, release_id=first.release_id), events_of(list(users)),
+                 window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
+    return claims, first.release_id, units, keys
+
+
+def test_a_private_release_without_claims_is_refused_and_with_them_runs_once(secret, tmp_path):
+    """A job graph executed twice (the same Pipeline run again, a copied transform) would
+    publish the same noise on two inputs: a private release needs a claims folder, and its
+    second execution is refused before any record."""
+    import copy
+    with pytest.raises(ValueError, match=r"^`claims` must be a folder \(local or gs://\)"):
+        run_pipeline(count(secret), events_of(["u"]))
+    claims = str(tmp_path / "claims")
+    transform = count(secret, claims=claims)
+    twin = copy.deepcopy(transform)
+    records, _, _ = run_pipeline(transform, events_of(["u"]))
+    assert len(records) == STEPS.horizon
+    with pytest.raises(Exception, match=r"`claim` must be new: steps 0 -> 8 of release "
+                                        rf"{transform.release_id} was claimed before"):
+        run_pipeline(twin, events_of(["u", "x"]))
+
+
+def test_a_deleted_claim_does_not_reopen_any_part_of_its_window(secret, tmp_path):
+    """Attack F1: the claim of 4 -> 8 deleted, a replay of 4 -> 7 or 4 -> 5 (another stop)
+    is refused: the census at 8 records that the release went on."""
+    claims, release, units, keys = _two_windows(secret, tmp_path)
+    os.remove(os.path.join(claims, release, "from-00000004.json"))
+    for stop in (5, 7, 8):
+        with pytest.raises(Exception, match=r"`claim` must be new: steps 4 -> \d of release "
+                                            r"\w+ was released before"):
+            run_pipeline(count(secret, release_id=release), events_of(["u", "x"]),
+                         window=StepWindow(4, stop), units=units, keys=keys, claims=claims)
+
+
+def test_a_census_copied_to_another_claims_folder_proves_nothing(secret, tmp_path):
+    """Attack F2: the census of step 4 copied into a fresh folder B; resuming 4 -> 8 there is
+    refused (the census's MAC names its folder)."""
+    claims = str(tmp_path / "claims")
+    first = count(secret, claims=claims)
+    _, units, keys = run_pipeline(first, events_of(["u"]), window=StepWindow(0, 4))
+    other = tmp_path / "b" / first.release_id
+    other.mkdir(parents=True)
+    name = "units-at-00000004.json"
+    (other / name).write_bytes(open(os.path.join(claims, first.release_id, name), "rb").read())
+    with pytest.raises(Exception, match=r"`unit census` must be sealed under release"):
+        run_pipeline(count(secret, release_id=first.release_id), events_of(["u", "x"]),
+                     window=StepWindow(4, 8), units=units, keys=keys,
+                     claims=str(tmp_path / "b"))
+
+
+def test_claims_are_a_folder_not_an_object_that_skips_the_checks(secret, tmp_path):
+    """Attack F3: `claims=` took claim objects that skipped the census and the step-0 rule."""
+    from transforms.claims import Claimed
+    with pytest.raises(ValueError, match=r"^`claims` must be a folder path"):
+        count(secret, claims=Claimed(None))
+    with pytest.raises(ValueError, match=r"^`claims` must be a folder path"):
+        count(secret).resume(StepWindow(0, 4), claims=Claimed(None))
+
+
+def test_censuses_reveal_nothing_without_the_secret(secret, tmp_path):
+    """Attack F8: the census of a step was keyed by the release only, so two steps' censuses
+    were equal exactly when no unit's state changed in between, and no units hashed to 0. Now
+    keyed by the step and offset: unequal, and never 0."""
+    claims = str(tmp_path / "claims")
+    first = count(secret, claims=claims)
+    events = [((u, "a"), ORIGIN + 1.0) for u in ("u", "v")]  # nothing after step 0
+    _, units, keys = run_pipeline(first, events, window=StepWindow(0, 4))
+    run_pipeline(count(secret, release_id=first.release_id), [], window=StepWindow(4, 6),
+                 units=units, keys=keys, claims=claims)
+    folder = os.path.join(claims, first.release_id)
+    at4 = read_claim(os.path.join(folder, "units-at-00000004.json"))["sum"]
+    at6 = read_claim(os.path.join(folder, "units-at-00000006.json"))["sum"]
+    assert at4 != at6
+    empty = count(secret, claims=str(tmp_path / "empty"))
+    run_pipeline(empty, [], window=StepWindow(0, 4))
+    assert int(read_claim(os.path.join(str(tmp_path / "empty"), empty.release_id,
+                                       "units-at-00000004.json"))["sum"], 16) != 0

@@ -7,8 +7,8 @@ unit ids are private, so nobody can list the units that must be there. Instead a
 claims its window (`.resume(..., claims=folder)`) writes, at its end, the census of the unit
 states it emits: the sum mod 2^256 of HMAC-SHA256(secret, state line) over them (a keyed
 multiset hash: any added, dropped, altered or repeated state changes it; it holds no count of
-units), itself MAC'd with the release's binding and step, to
-`<folder>/<release id>/units-at-<stop>.json`. The run that
+units; keyed by the step too, and offset by a keyed constant), itself MAC'd with the release's
+binding, the step and the claims folder, to `<folder>/<release id>/units-at-<stop>.json`. The run that
 resumes from that step recomputes the census of the unit states it is given and refuses to
 release anything unless both agree.
 """
@@ -33,14 +33,24 @@ def census_path(folder: str, release_id: str, step: int) -> str:
     return "/".join([folder.rstrip("/"), release_id, f"units-at-{step:08d}.json"])
 
 
-class _Census(beam.CombineFn):
-    """(unit, state) pairs -> (count, keyed multiset hash); only the hash is ever written."""
+def _census_key(config, step: int) -> bytes:
+    """The census's HMAC key: the secret, the release and the step (the censuses of two steps
+    never compare equal, so they cannot tell whether a unit's state changed in between)."""
+    return (_DOMAIN + config.secret.secret_bytes() + config.release_binding
+            + step.to_bytes(8, "big"))
 
-    def __init__(self, config):
-        self.config = config
+
+class _Census(beam.CombineFn):
+    """(unit, state) pairs -> (count, keyed multiset hash); only the hash is ever written. The
+    hash starts at a keyed offset (an empty set does not hash to 0)."""
+
+    def __init__(self, config, step: int):
+        self.config, self.step = config, step
 
     def setup(self):
-        self._key = _DOMAIN + self.config.secret.secret_bytes() + self.config.release_binding
+        self._key = _census_key(self.config, self.step)
+        self._offset = int.from_bytes(hmac.new(self._key, b"offset", hashlib.sha256).digest(),
+                                      "big")
 
     def _item(self, pair) -> int:
         line = codec.dumps(pair).encode("utf-8")
@@ -61,20 +71,24 @@ class _Census(beam.CombineFn):
         return count, total
 
     def extract_output(self, accumulator):
-        return accumulator
+        if not hasattr(self, "_key"):
+            self.setup()
+        return accumulator[0], (accumulator[1] + self._offset) % _MODULUS
 
 
-def _seal(config, step: int, census) -> str:
-    message = json.dumps({"release_id": config.release_id, "step": step,
+def _seal(config, folder: str, step: int, census) -> str:
+    """The census's MAC: its release, step and claims folder (a census copied into another
+    folder proves nothing there)."""
+    message = json.dumps({"release_id": config.release_id, "step": step, "folder": folder,
                           "sum": format(census[1], "064x")},
                          sort_keys=True).encode("utf-8")
     return hmac.new(_DOMAIN + config.secret.secret_bytes(), config.release_binding + message,
                     hashlib.sha256).hexdigest()
 
 
-def census_of(unit_states, config, label: str):
-    """The singleton (count, keyed hash) of a PCollection of (unit, state) pairs."""
-    return unit_states | label >> beam.CombineGlobally(_Census(config))
+def census_of(unit_states, config, step: int, label: str):
+    """The singleton (count, keyed hash) of a PCollection of (unit, state) pairs at `step`."""
+    return unit_states | label >> beam.CombineGlobally(_Census(config, step))
 
 
 class WriteCensus:
@@ -88,7 +102,7 @@ class WriteCensus:
         path = census_path(self.folder, self.config.release_id, self.step)
         content = {"release_id": self.config.release_id, "step": self.step,
                    "sum": format(census[1], "064x"),
-                   "mac": _seal(self.config, self.step, census)}
+                   "mac": _seal(self.config, self.folder, self.step, census)}
         if not create_if_absent(path, json.dumps(content, sort_keys=True).encode("utf-8")):
             if read_claim(path) != content:
                 fail("unit census", "written once per step (another run wrote other unit "
@@ -115,7 +129,8 @@ class CheckCensus:
                                 f"steps before {self.step} must be given the same claims=)",
                  path)
         try:
-            mac = _seal(self.config, self.step, (None, int(str(sealed.get("sum")), 16)))
+            mac = _seal(self.config, self.folder, self.step,
+                        (None, int(str(sealed.get("sum")), 16)))
         except (TypeError, ValueError):
             mac = ""
         if not mac or not hmac.compare_digest(str(sealed.get("mac", "")), mac):

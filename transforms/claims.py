@@ -25,7 +25,7 @@ import errno
 import json
 import os
 import uuid
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 from transforms.validation import fail
 
@@ -101,16 +101,14 @@ class ClaimOnce:
     marker names it (a retried commit of this execution finds its own token; another
     execution of the same graph, which has the same paths, does not)."""
 
-    def __init__(self, path: str, content: dict, what: str, later=()):
+    def __init__(self, path: str, content: dict, what: str, precondition=None):
         self.path, self.content, self.what = path, dict(content), what
-        self.later = tuple(later)  # paths that exist only once what is claimed was released
+        self.precondition = precondition  # called with `what` before an absent claim is made
 
     def __call__(self) -> str:
         from apache_beam.io.filesystems import FileSystems
-        for path in self.later:  # the claim was deleted, what it claimed was released
-            if not FileSystems.exists(self.path) and FileSystems.exists(path):
-                fail("claim", f"new: {self.what} was released before (its claim is gone, its "
-                              f"result is not)", path)
+        if self.precondition is not None and not FileSystems.exists(self.path):
+            self.precondition(self.what)
         token = uuid.uuid4().hex
         data = json.dumps(dict(self.content, execution=token), sort_keys=True).encode("utf-8")
         if not create_if_absent(self.path, data):
@@ -122,47 +120,60 @@ class ClaimOnce:
 
 
 class WindowClaims:
-    """The API's durable claims of a release's step windows (`.resume(..., claims=folder)`):
-    `<folder>/<release id>/from-<first step>.json`, created once when a job resumes that
-    window. Replaying a window that was claimed is refused, whoever replays it."""
+    """A private release's durable claims (`ContinualX(claims=folder)` or `.resume(...,
+    claims=folder)`): `<folder>/<release id>/from-<first step>.json`, created once when a job
+    releases the window from that step, beside the sealed census of its unit states
+    (`units-at-<stop>.json`, `transforms.census`). A window is refused when it was claimed, or
+    when anything at a later step exists (its claim was deleted, what followed it was not),
+    whoever asks. The folder is named canonically (a local path resolved) and bound into the
+    census seal, so a census copied to another folder proves nothing."""
 
     def __init__(self, folder: str):
         if not isinstance(folder, str) or not folder:
             fail("claims", "a folder path (local or gs://) holding the release's claims",
                  folder)
-        self.folder = folder
+        self.folder = folder.rstrip("/") if "://" in folder else os.path.realpath(folder)
+
+    def release_folder(self, release_id: str) -> str:
+        return "/".join([self.folder, release_id])
 
     def path(self, release_id: str, first: int) -> str:
-        return "/".join([self.folder.rstrip("/"), release_id, f"from-{first:08d}.json"])
+        return "/".join([self.release_folder(release_id), f"from-{first:08d}.json"])
+
+    def steps_recorded(self, release_id: str):
+        """The steps named by the release's claims and censuses (from-N, units-at-N)."""
+        from apache_beam.io.filesystems import FileSystems
+        pattern = "/".join([self.release_folder(release_id), "*.json"])
+        steps = []
+        for meta in FileSystems.match([pattern])[0].metadata_list:
+            name = meta.path.rsplit("/", 1)[-1][:-len(".json")]
+            for prefix in ("from-", "units-at-"):
+                if name.startswith(prefix) and name[len(prefix):].isdigit():
+                    steps.append((int(name[len(prefix):]), meta.path))
+        return steps
 
 
-class GraphClaim:
-    """A claim named by the job graph itself (one path per staged graph): a second execution
-    of the same graph is refused. The scheduler uses it with its own checkpoint folder's name
-    and relies on its commit markers to order different runs (`pipelines.commit`)."""
+class NothingLater:
+    """A claim's precondition: nothing of the release is recorded at a step after `first`."""
 
-    def __init__(self, path: str):
-        self.path_name = path
+    def __init__(self, claims: WindowClaims, release_id: str, first: int):
+        self.claims, self.release_id, self.first = claims, release_id, first
 
-    def path(self, release_id: str, first: int) -> str:
-        return self.path_name
+    def __call__(self, what: str) -> None:
+        later = sorted(p for step, p in self.claims.steps_recorded(self.release_id)
+                       if step > self.first)
+        if later:
+            fail("claim", f"new: {what} was released before (its claim is gone, what came "
+                          f"after it is not)", later[0])
 
 
 class Claimed:
     """A claim the caller already made in this job graph: `passed`, the singleton of its
-    `guard` (the scheduler claims its run once for all of its writes, `pipelines.commit`)."""
+    `guard`. Only the drivers that claim and commit themselves use it (`pipelines.run`,
+    `pipelines.schedule`, through `ContinualX.claimed_by`)."""
 
     def __init__(self, passed):
         self.passed = passed
-
-
-Claims = Union[WindowClaims, GraphClaim, Claimed]
-
-
-def as_claims(claims) -> Claims:
-    if isinstance(claims, (WindowClaims, GraphClaim, Claimed)):
-        return claims
-    return WindowClaims(claims)
 
 
 def guard(pipeline, check: Callable[[], object], label: str):

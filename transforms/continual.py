@@ -22,8 +22,9 @@ from typing import Any, NamedTuple, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from transforms import validation as check
-from transforms.census import CheckCensus, WriteCensus, census_of, census_path
-from transforms.claims import ClaimOnce, Claimed, WindowClaims, as_claims, guard, guarded
+from transforms.census import CheckCensus, WriteCensus, census_of
+from transforms.claims import (ClaimOnce, Claimed, NothingLater, WindowClaims, guard,
+                               guarded)
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
@@ -157,7 +158,8 @@ class _ContinualBase(beam.PTransform):
                  secret_fingerprint: Optional[str] = None, noise_source=None,
                  release_delay_steps: int = 1,
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
-                 noise_version: str = NOISE_DOMAIN_VERSION, label: Optional[str] = None):
+                 noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
+                 label: Optional[str] = None):
         super().__init__(label)
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
@@ -216,7 +218,9 @@ class _ContinualBase(beam.PTransform):
         self._secret_fingerprint = secret_fingerprint
         self._expanded = False
         self._window: Optional[StepWindow] = None
-        self._resume_units = self._resume_keys = self._claims = None
+        self._resume_units = self._resume_keys = None
+        # where a private release claims its steps once (`transforms.claims`)
+        self._claims = None if claims is None else WindowClaims(claims)
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.problem = self.make_problem()
@@ -361,11 +365,12 @@ class _ContinualBase(beam.PTransform):
         states (PCollections the scheduler reads from its checkpoint). Bounded input only.
 
         A continuation is proven, not asserted: the key states must be this release's own,
-        sealed at step `window.first` (`RecordMaker.restore`), and `claims` (a folder, local or
-        gs://, or a `transforms.claims` claim) is where the job claims the window once, at its
-        start, before any output: `<claims>/<release id>/from-<first>.json`. A window that was
-        claimed before is refused, whoever replays it. A private release given `release_id=`
-        must be resumed with `claims`."""
+        sealed at step `window.first` (`RecordMaker.restore`), the unit states must match the
+        census the run before sealed (`transforms.census`), and the job claims the window once,
+        at its start and before any output, in `claims` (a folder, local or gs://; the one the
+        release was constructed with when not given): `<claims>/<release id>/from-<first>.json`
+        (`transforms.claims`). A window that was claimed before, or that anything after it
+        was recorded for, is refused, whoever replays it."""
         if not isinstance(window, StepWindow) or not (
                 0 <= window.first < window.stop <= self.steps.horizon):
             check.fail("window", f"a StepWindow inside [0, {self.steps.horizon})", window)
@@ -373,40 +378,57 @@ class _ContinualBase(beam.PTransform):
             check.fail("key_states", "given when the window starts after step 0 (the keys' "
                                      "mechanism states continue the release)", None)
         self._window, self._resume_units, self._resume_keys = window, unit_states, key_states
-        self._claims = None if claims is None else as_claims(claims)
+        if claims is not None:
+            self._claims = WindowClaims(claims)
+        return self
+
+    def claimed_by(self, passed):
+        """For the drivers that claim and commit a release themselves (`pipelines.run`: the
+        release; `pipelines.schedule`: its checkpoint folder, ordered by its commit markers):
+        every output of the transform waits for `passed`, the singleton of their claim's
+        `guard`, instead of a claims folder."""
+        self._claims = Claimed(passed)
         return self
 
     def _claim_window(self, pipeline, window: StepWindow):
         """The singleton that exists once the window is claimed (`transforms.claims`); a
         resumed window is claimed only after the given unit states matched the sealed census of
-        the run before (`transforms.census`: claims folders only)."""
-        claim = ClaimOnce(self._claims.path(self.release_id, window.first),
+        the run before (`transforms.census`)."""
+        claims = self._claims
+        claim = ClaimOnce(claims.path(self.release_id, window.first),
                           {"release_id": self.release_id, "steps": [window.first, window.stop],
                            "descriptor_digest": self.config.descriptor_digest},
                           f"steps {window.first} -> {window.stop} of release {self.release_id}",
-                          later=[census_path(self._claims.folder, self.release_id, window.stop)]
-                          if isinstance(self._claims, WindowClaims) else ())
-        if not isinstance(self._claims, WindowClaims) or window.first == 0:
+                          precondition=NothingLater(claims, self.release_id, window.first))
+        if window.first == 0:
             return guard(pipeline, claim, "ClaimWindow")
-        checked = census_of(self._resume_units, self.config, "GivenUnitCensus") \
-            | "CheckUnitCensus" >> beam.Map(CheckCensus(self.config, self._claims.folder,
+        checked = census_of(self._resume_units, self.config, window.first, "GivenUnitCensus") \
+            | "CheckUnitCensus" >> beam.Map(CheckCensus(self.config, claims.folder,
                                                         window.first))
         return checked | "ClaimWindow" >> beam.Map(lambda _: claim())
 
     def _check_continuation(self, window: StepWindow) -> None:
-        """A private release continues only through a claim (`resume(..., claims=)`) from a
-        step after 0 (where its sealed states prove it): a `release_id=` reused on other data
-        would publish the same noise twice, and a release's first steps are released once, by
-        the run that drew its id."""
-        if not self.private or self._given_release_id is None:
+        """A private release is claimed once in durable storage (`claims=`, or a driver's own
+        claim: `claimed_by`): without it, a job graph executed twice (a pipeline run again, a
+        copied transform, a classic template launched twice) would publish the same noise on
+        two inputs. A given private `release_id=` only continues a release, after step 0
+        (steps from 0 are released once, by the job that drew the id)."""
+        if not self.private:
             return
         if self._claims is None:
-            check.fail("release_id", "given only to continue a private release through "
-                                     "`.resume(window, unit_states, key_states, claims=folder)` "
-                                     "(which claims its steps once: the same id on other data "
-                                     "would publish the same noise twice), or with "
-                                     "insecure=True", self._given_release_id)
-        if window.first == 0 and not isinstance(self._claims, Claimed):
+            if self._given_release_id is not None:
+                check.fail("release_id", "given only to continue a private release through "
+                                         "`.resume(window, unit_states, key_states, "
+                                         "claims=folder)` (which claims its steps once: the "
+                                         "same id on other data would publish the same noise "
+                                         "twice), or with insecure=True",
+                           self._given_release_id)
+            check.fail("claims", "a folder (local or gs://) where a private release claims its "
+                                 "steps once, e.g. ContinualCount(..., claims=\"gs://bucket/"
+                                 "claims\") (a job graph executed twice would otherwise publish "
+                                 "the same noise on two inputs); or insecure=True for demos",
+                       None)
+        if self._given_release_id is not None and window.first == 0:
             check.fail("window", "a continuation after step 0 for a given private "
                                  "`release_id` (steps from 0 are released once, by the run "
                                  "that drew the id: a new release needs no id)", window)
@@ -448,8 +470,9 @@ class _ContinualBase(beam.PTransform):
             if key_states is not None:
                 key_states = guarded(key_states, passed, "ClaimedKeyStates")
         if isinstance(self._claims, WindowClaims) and unit_states is not None:
-            _ = census_of(unit_states, self.config, "UnitCensus") | "SealUnitCensus" >> beam.Map(
-                WriteCensus(self.config, self._claims.folder, window.stop))
+            _ = census_of(unit_states, self.config, window.stop, "UnitCensus") \
+                | "SealUnitCensus" >> beam.Map(WriteCensus(self.config, self._claims.folder,
+                                                            window.stop))
         return ContinualResult(records, dead | "DeadLetters" >> beam.Flatten(),
                                unit_states, key_states)
 
