@@ -3,13 +3,15 @@
 A checkpoint folder `ckpt-<steps released>-<id>/` holds the unit states (`units-*`), the key
 states (`keys-*`), the run's records and dead letters and `ledger.json`. It becomes visible only
 through its commit marker `commits/from-<first step>.json`, created with create-if-absent.
+Markers, ledgers, manifests and the stored secret appear whole or not at all (`pipelines.storage`:
+a temporary file, fsynced, then linked or renamed into place): a kill or a full disk never
+leaves an empty or half-written one.
 States are versioned JSON lines (`streams.codec`), never pickle: a state directory in a writable
 bucket must not be able to run code.
 """
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import hmac
 import json
@@ -21,6 +23,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import config as job_config
+from pipelines import io, storage
+from transforms import claims
 from transforms.secret import SecretRef
 from transforms.streams import codec
 
@@ -48,25 +52,55 @@ def marker_path(state_dir: str, released: int) -> str:
     return join(state_dir, COMMITS, f"from-{released:08d}.json")
 
 
-def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
-    """The chain of committed checkpoints [(steps released, folder)], following the commit
-    markers from step 0 (a checkpoint folder without a marker is a killed or losing run); each
-    folder is named under `state_dir` as spelled here."""
+def marker_chain(state_dir: str) -> List[dict]:
+    """The commit markers from step 0 on, each as {"start", "end", "folder" (named under
+    `state_dir` as spelled here), "release_id", "path", "marker"}."""
     out, released = [], 0
     while FileSystems.exists(marker_path(state_dir, released)):
         path = marker_path(state_dir, released)
         try:
             marker = read_json(path)
             step, folder = int(marker["steps"][1]), str(marker["checkpoint"])
-        except (ValueError, KeyError, TypeError, IndexError):
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             job_config.fail("checkpoint", "intact (a commit marker that names its folder and "
                                           "steps)", path)
         if step <= released:
             job_config.fail("checkpoint", f"a chain of increasing steps (marker from step "
                                           f"{released})", path)
-        out.append((step, join(state_dir, os.path.basename(folder.rstrip("/")))))
+        out.append({"start": released, "end": step, "path": path, "marker": marker,
+                    "release_id": marker.get("release_id"),
+                    "folder": join(state_dir, os.path.basename(folder.rstrip("/")))})
         released = step
     return out
+
+
+def committed_checkpoints(state_dir: str) -> List[Tuple[int, str]]:
+    """The chain of committed checkpoints [(steps released, folder)], following the commit
+    markers from step 0 (a checkpoint folder without a marker is a killed or losing run); each
+    folder is named under `state_dir` as spelled here."""
+    return [(link["end"], link["folder"]) for link in marker_chain(state_dir)]
+
+
+def remove_torn_markers(state_dir: str) -> List[str]:
+    """Deletes empty commit markers: versions before atomic creation created a marker and then
+    wrote it, and a kill or a full disk in between left it empty. An empty marker never
+    committed anything (nothing after it ran: no `_COMMITTED`, nothing published), and markers
+    are now created with their content, so an empty one is always such a leftover. Local paths
+    (an object appears whole with its upload)."""
+    folder = join(state_dir, COMMITS)
+    if not storage.is_local(folder) or not os.path.isdir(folder):
+        return []
+    storage.remove_stale_temps(folder)
+    removed = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.startswith("from-") and name.endswith(".json") and os.path.isfile(path) \
+                and os.path.getsize(path) == 0:
+            os.remove(path)
+            removed.append(path)
+    if removed:
+        storage.fsync_folder(folder)
+    return removed
 
 
 MANIFEST = "manifest.json"
@@ -90,7 +124,7 @@ def checkpoint_files(folder: str) -> List[str]:
     metadata = FileSystems.match([join(folder, "*")])[0].metadata_list
     return sorted(m.path for m in metadata
                   if os.path.basename(m.path) not in (MANIFEST, COMMITTED)
-                  and "beam-temp" not in m.path)
+                  and "beam-temp" not in m.path and not storage.is_temp(m.path))
 
 
 def write_manifest(folder: str) -> str:
@@ -129,11 +163,9 @@ def verify_marker(marker: dict, secret: SecretRef, path: str) -> str:
     return str(marker["manifest_sha256"])
 
 
-def verify_checkpoint(folder: str, manifest_sha256: str) -> dict:
-    """Refuse to resume from a checkpoint whose files differ from its manifest (deleted,
-    truncated, altered or added state files): a one-line error naming the file. Returns the
-    manifest's files (name -> size, lines, SHA-256): the job checks them again where it reads
-    them (`read_states`), since it reads after the driver verified."""
+def verified_manifest(folder: str, manifest_sha256: str) -> dict:
+    """The files a checkpoint's manifest lists (name -> size, lines, SHA-256), once the
+    manifest's SHA-256 is the one its commit marker recorded."""
     path = join(folder, MANIFEST)
     try:
         with FileSystems.open(path) as handle:
@@ -143,7 +175,30 @@ def verify_checkpoint(folder: str, manifest_sha256: str) -> dict:
     if hashlib.sha256(text).hexdigest() != manifest_sha256:
         job_config.fail("checkpoint", "intact (the manifest differs from the one committed)",
                         path)
-    listed = json.loads(text.decode("utf-8"))["files"]
+    return json.loads(text.decode("utf-8"))["files"]
+
+
+def verified_file(path: str, listed: dict) -> bytes:
+    """The bytes of a checkpoint file, once its size and SHA-256 are its manifest's."""
+    try:
+        with FileSystems.open(path) as handle:
+            data = handle.read()
+    except (OSError, IOError):
+        data = None
+    facts = listed.get(os.path.basename(path)) or {}
+    if data is None or len(data) != facts.get("bytes") or \
+            hashlib.sha256(data).hexdigest() != facts.get("sha256"):
+        job_config.fail("checkpoint", "intact (a file's size or SHA-256 differs from its "
+                                      "manifest)", path)
+    return data
+
+
+def verify_checkpoint(folder: str, manifest_sha256: str) -> dict:
+    """Refuse to resume from a checkpoint whose files differ from its manifest (deleted,
+    truncated, altered or added state files): a one-line error naming the file. Returns the
+    manifest's files (name -> size, lines, SHA-256): the job checks them again where it reads
+    them (`read_states`), since it reads after the driver verified."""
+    listed = verified_manifest(folder, manifest_sha256)
     present = {os.path.basename(p): p for p in checkpoint_files(folder)}
     for name in sorted(set(listed) | set(present)):
         if name not in present:
@@ -183,35 +238,17 @@ def remove_stale_checkpoints(state_dir: str, released: int, committed: List[str]
     return removed
 
 
-def create_if_absent(path: str, data: bytes) -> bool:
+def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
     """Atomically create `path` with `data` unless it exists: True if this call created it.
+    The file appears with its whole content or not at all.
 
-    Local paths: O_CREAT | O_EXCL. gs://: an object write with if_generation_match=0 (needs
-    google-cloud-storage, the [gcp] extra; GCS preconditions are strongly consistent). Other
-    filesystems offer no atomic create-if-absent through Beam and are refused."""
-    if "://" not in path:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except OSError as error:
-            if error.errno == errno.EEXIST:
-                return False
-            raise
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        return True
-    if path.startswith("gs://"):
-        from google.api_core.exceptions import PreconditionFailed
-        from google.cloud import storage
-        bucket, _, name = path[len("gs://"):].partition("/")
-        try:
-            storage.Client().bucket(bucket).blob(name).upload_from_string(
-                data, if_generation_match=0)
-        except PreconditionFailed:
-            return False
-        return True
+    Local paths: `data` is written and fsynced under a temporary name, then hard-linked to
+    `path` (link(2) fails if it exists), then the folder is fsynced (`transforms.claims`).
+    gs://: an object write with if_generation_match=0 (needs google-cloud-storage, the [gcp]
+    extra; GCS preconditions are strongly consistent). Other filesystems offer no atomic
+    create-if-absent through Beam and are refused."""
+    if "://" not in path or path.startswith("gs://"):
+        return claims.create_if_absent(path, data, mode)
     job_config.fail("--state-dir", "a local path or gs:// (committing needs an atomic "
                                    "create-if-absent)", path)
 
@@ -220,12 +257,16 @@ def fingerprint(job: job_config.JobConfig) -> dict:
     """Every config field that defines the release (not where it reads or writes), flattened
     to dotted names: the ledger refuses a run whose fingerprint differs.
 
+    The input's reading is part of it (`input_binding`): its format, field map, the declared
+    type of every role (defaults resolved), the timestamp format and the id canonicalisation.
+    They decide which unit an event belongs to: read otherwise mid-release, the same person
+    could become a new unit whose saved cap is lost (a CSV id "7" and a JSON id 7 were two units
+    before ids were canonicalised).
+
     `mechanism.max_state_bytes_per_key` is left out: it only limits which mechanism a NEW
     release may use (the resolved mechanism is in the ledger and the descriptor), so changing it
-    mid-release changes nothing released, and ledgers written before it existed still match."""
-    sections = {"transform": job.transform,
-                "input": {"fields": job.input.fields,
-                          "timestamp_format": job.input.timestamp_format},
+    mid-release changes nothing released."""
+    sections = {"transform": job.transform, "input": io.input_binding(job),
                 "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,
                 "mechanism": {"name": job.mechanism.name, "params": job.mechanism.params},
@@ -251,6 +292,9 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
                                   f"{NEW_STATE_DIRECTORY})",
                         f"a secret with fingerprint {secret_fingerprint[:12]}...")
     spent = ledger["config"]
+    for name in sorted(set(spent) - set(fingerprint(job))):  # a field this code no longer binds
+        job_config.fail(name, f"a field this code still binds (the ledger was written by "
+                              f"another version; {NEW_STATE_DIRECTORY})", spent[name])
     for name, value in fingerprint(job).items():
         if name in ("mechanism.name", "mechanism.params") and job.mechanism.name == "auto":
             continue  # the ledger's resolved mechanism is used
@@ -260,17 +304,20 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
 
 
 def stored_secret(state_dir: str) -> SecretRef:
-    """The release's secret kept in the state directory: created once, atomically, mode 0600
-    from the start on local paths (no readable window, no overwrite by a concurrent run)."""
+    """The release's secret kept in the state directory: created once with its content
+    (`create_if_absent`: a temporary file of mode 0600 from the start, linked into place), so
+    there is no readable window, no overwrite by a concurrent run, and never an empty secret.
+    An empty one left by versions before (killed between creating and writing it) never
+    served a run (an empty secret is refused), so it is replaced."""
     path = join(state_dir, "secret")
     if "://" not in path:
-        os.makedirs(state_dir, exist_ok=True)
+        storage.remove_stale_temps(state_dir)
         try:
-            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return SecretRef(path=path)
-        with os.fdopen(handle, "wb") as out:
-            out.write(secrets.token_hex(32).encode("ascii"))
+            if os.path.getsize(path) == 0:
+                os.remove(path)
+        except FileNotFoundError:
+            pass
+        create_if_absent(path, secrets.token_hex(32).encode("ascii"), 0o600)
         return SecretRef(path=path)
     if not FileSystems.exists(path):  # object stores: access is the bucket's IAM policy
         create_if_absent(path, secrets.token_hex(32).encode("ascii"))
@@ -314,6 +361,12 @@ def write_states(states, label: str, folder: str, name: str):
 
 
 def write_text(path, text):
+    """Writes (or replaces) `path` whole: a reader sees the old content or the new one, never
+    an empty or partial file (local paths: `storage.replace_atomically`; an object store's
+    upload is atomic already)."""
+    if storage.is_local(path):
+        storage.replace_atomically(path, text.encode("utf-8"))
+        return
     with FileSystems.create(path) as handle:
         handle.write(text.encode("utf-8"))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from typing import Callable, Iterable, List
@@ -29,10 +30,12 @@ from typing import Callable, Iterable, List
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines import storage
 from pipelines.checkpoints import (COMMITTED, LEDGER, ConcurrentRun, checkpoint_files,
                                    create_if_absent, join, marker_mac, marker_path, read_json,
                                    same_checkpoint, verify_checkpoint, verify_marker,
                                    write_manifest, write_text)
+from transforms.claims import ClaimOnce, guard, guarded, read_claim  # noqa: F401 (re-exported)
 from transforms.validation import fail
 
 OPERATOR_README = (
@@ -43,25 +46,20 @@ METRICS_NOTE = ("exact truncation counts are the job's counters in namespace con
 SWAPPING = "_SWAPPING"   # in a staging root: its sets are complete and being moved into place
 
 
-def guard(pipeline, check: Callable[[], object], label: str):
-    """A singleton that exists only once `check()` passed, in the job (not in the driver)."""
-    return pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
-        lambda _: check() or True)
-
-
-def guarded(pcoll, passed, label: str):
-    """`pcoll`, released only after the guard `passed` (a side input waits for it)."""
-    return pcoll | label >> beam.Map(lambda element, _: element,
-                                      beam.pvalue.AsSingleton(passed))
-
-
-def after_writes(pipeline, writes: Iterable, commit: Callable[[List[str]], object], label: str):
+def after_writes(pipeline, writes: Iterable, commit: Callable[..., object], label: str,
+                 execution=None):
     """Runs `commit(written file names)` once, after every PCollection in `writes` (the written
-    file names of Beam's file sinks) is complete; returns the PCollection of its one result."""
+    file names of Beam's file sinks) is complete; returns the PCollection of its one result.
+    With `execution` (the singleton of a claim's guard: this execution's token), runs
+    `commit(written file names, token)`."""
     written = list(writes) | f"{label}AllWrites" >> beam.Flatten()
-    return (pipeline | f"{label}Once" >> beam.Create([None])
-            | label >> beam.Map(lambda _, files: commit(list(files)),
-                                beam.pvalue.AsList(written)))
+    once = pipeline | f"{label}Once" >> beam.Create([None])
+    if execution is None:
+        return once | label >> beam.Map(lambda _, files: commit(list(files)),
+                                         beam.pvalue.AsList(written))
+    return once | label >> beam.Map(lambda _, files, token: commit(list(files), token),
+                                     beam.pvalue.AsList(written),
+                                     beam.pvalue.AsSingleton(execution))
 
 
 def _files(pattern: str):
@@ -83,48 +81,128 @@ def dead_letters_by_reason(operator_folder: str) -> dict:
 
 
 class OutputStaging:
-    """A run writes its output set into a staging folder; `commit` then replaces the job's
-    public and operator folders as whole sets, so readers never see old and new files mixed
-    or a half-written set. Local paths: two renames per folder (the old set is moved aside,
-    then the new one moved in; a reader sees the old set, no folder, or the new set). Other
-    filesystems: file-by-file copies, release.json last (readers should wait for it). The swap
-    resumes where an interrupted one stopped (a folder whose staged set is gone is in place).
-    A new run finishes the swap of a killed run whose sets were complete (`_SWAPPING`) and
-    removes other leftover staging folders (runs of one job must not overlap)."""
+    """A run writes its output set into a staging folder; `commit` then switches the job's
+    public and operator folders to it together, so readers never see old and new files mixed,
+    a half-written set, or the public folder of one release beside the operator folder of
+    another.
+
+    Local paths: the job's folders are symbolic links into one pointer,
+
+        <output>/<job>          -> .sets-<job>/current/public
+        <output>/<job>-operator -> .sets-<job>/current/operator
+        <output>/.sets-<job>/current -> <id>     (the committed set <output>/.sets-<job>/<id>/)
+
+    A commit (1) renames the complete staging folder `.staging-<job>-<id>/` (marked
+    `_SWAPPING`) to `.sets-<job>/<id>/`, (2) replaces `current` by a link to it (one atomic
+    rename: both folders switch at once), (3) deletes the previous set. A reader, or a run
+    killed at any point, sees the old pair or the new pair. The switch resumes where an
+    interrupted one stopped, and a new run first finishes the switch of a killed run whose
+    set was complete and removes every other leftover (runs of one job must not overlap).
+    Folders written by versions before are moved aside once, at the first commit (during that
+    one switch a reader may find no folder, as with the renames those versions did).
+
+    Other filesystems (gs://) have no links or atomic folder renames: the files are copied
+    into the job's folders one by one, release.json last (readers should wait for it), and an
+    interrupted copy resumes."""
 
     def __init__(self, job, root: str = None):
         self.job = job
         parent = job.output.path
-        prefix = f".staging-{job.job}-"
+        self.prefix = f".staging-{job.job}-"
+        self.sets = os.path.join(parent, f".sets-{job.job}")
         if root is None and "://" not in parent and os.path.isdir(parent):
-            for name in sorted(os.listdir(parent)):
-                if name.startswith(prefix):
-                    leftover = OutputStaging(job, os.path.join(parent, name))
-                    if os.path.exists(os.path.join(leftover.root, SWAPPING)):
-                        leftover.commit()
-                    shutil.rmtree(leftover.root, ignore_errors=True)
-        self.root = root or os.path.join(parent, prefix + uuid.uuid4().hex[:8])
+            self._recover(parent)
+        self.root = root or os.path.join(parent, self.prefix + uuid.uuid4().hex[:8])
         self.public = os.path.join(self.root, "public")
         self.operator = os.path.join(self.root, "operator")
+        name = os.path.basename(self.root.rstrip("/"))
+        self.set_name = name[len(self.prefix):] if name.startswith(self.prefix) else name
+        self.set = os.path.join(self.sets, self.set_name)
+
+    def _recover(self, parent: str) -> None:
+        """Finishes the switch of a killed run whose set was complete, removes other
+        leftovers (staging folders of killed runs, sets no longer current)."""
+        storage.remove_stale_temps(parent)  # links of a switch killed before its rename
+        staging = re.compile(re.escape(self.prefix) + r"[0-9a-f]{8}")
+        for name in sorted(os.listdir(parent)):
+            if staging.fullmatch(name):
+                leftover = OutputStaging(self.job, os.path.join(parent, name))
+                if leftover.swapping():
+                    leftover.commit()
+                else:
+                    leftover.remove_leftovers()
+        if not os.path.isdir(self.sets):
+            return
+        current = _current_set(self.sets)
+        pending = sorted((os.path.getmtime(os.path.join(self.sets, n, SWAPPING)), n)
+                         for n in os.listdir(self.sets)
+                         if n not in (CURRENT, current) and not storage.is_temp(n)
+                         and os.path.isfile(os.path.join(self.sets, n, SWAPPING)))
+        if pending:  # moved beside the current set, not switched to yet
+            OutputStaging(self.job, os.path.join(parent, self.prefix + pending[-1][1])).commit()
+        elif current is not None:
+            self._clean(current)
 
     def swapping(self) -> bool:
-        return FileSystems.exists(os.path.join(self.root, SWAPPING))
+        """The set is complete and being switched to (its staging folder, or on local paths
+        the set it was renamed to, holds `_SWAPPING`)."""
+        return FileSystems.exists(os.path.join(self.root, SWAPPING)) or (
+            "://" not in self.root and os.path.isfile(os.path.join(self.set, SWAPPING)))
 
     def mark_swapping(self) -> None:
         write_text(os.path.join(self.root, SWAPPING), "")
 
     def commit(self) -> None:
+        if "://" in self.root:
+            self._copy_into_place()
+            return
+        if os.path.isdir(self.root):  # (1) the complete set beside the current one
+            os.makedirs(self.sets, exist_ok=True)
+            os.rename(self.root, self.set)
+            storage.fsync_folder(os.path.dirname(self.root))
+            storage.fsync_folder(self.sets)
+        if not os.path.isdir(self.set):
+            return  # switched to and cleaned up by an earlier attempt
+        self._link_job_folders()
+        if _current_set(self.sets) != self.set_name:  # (2) the switch: one atomic rename
+            _replace_link(self.set_name, os.path.join(self.sets, CURRENT))
+        self._clean(self.set_name)  # (3) the previous set
+        try:
+            os.remove(os.path.join(self.set, SWAPPING))
+        except FileNotFoundError:
+            pass
+
+    def _link_job_folders(self) -> None:
+        """The job's folders as links into `current` (once: later commits only switch
+        `current`); a real folder of a version before is moved aside into the sets, to be
+        deleted with the previous set."""
+        for final, part in ((self.job.public_path, "public"),
+                            (self.job.operator_path, "operator")):
+            target = os.path.join(os.path.basename(self.sets), CURRENT, part)
+            if os.path.islink(final) and os.readlink(final) == target:
+                continue
+            if os.path.isdir(final) and not os.path.islink(final):
+                os.rename(final, os.path.join(self.sets, f"retired-{part}-{uuid.uuid4().hex[:8]}"))
+            _replace_link(target, final)
+
+    def _clean(self, keep: str) -> None:
+        """Deletes every set but `keep` (and stale temporary links) from the sets folder."""
+        storage.remove_stale_temps(self.sets)
+        for name in os.listdir(self.sets):
+            path = os.path.join(self.sets, name)
+            if name in (CURRENT, keep) or storage.is_temp(name):
+                continue
+            if os.path.islink(path) or not os.path.isdir(path):
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _copy_into_place(self) -> None:
         for staged, final in ((self.operator, self.job.operator_path),
                               (self.public, self.job.public_path)):
-            if "://" not in final:
-                if not os.path.exists(staged):
-                    continue  # moved into place by an earlier attempt
-                aside = f"{self.root}/old-{os.path.basename(final)}"
-                if os.path.exists(final):
-                    shutil.rmtree(aside, ignore_errors=True)
-                    os.rename(final, aside)
-                os.rename(staged, final)
-                continue
             files = _files(staged + "/**")
             if not files:
                 continue  # copied and removed by an earlier attempt
@@ -146,24 +224,63 @@ class OutputStaging:
                 FileSystems.delete(leftovers)
 
 
+CURRENT = "current"
+
+
+def _replace_link(target: str, path: str) -> None:
+    """`path` becomes a symbolic link to `target` in one atomic rename (a new link under a
+    temporary name, renamed over the old one)."""
+    link = storage.temp_path(path)
+    os.symlink(target, link)
+    try:
+        os.replace(link, path)
+    except BaseException:
+        try:
+            os.remove(link)
+        except OSError:
+            pass
+        raise
+    storage.fsync_folder(os.path.dirname(path))
+
+
+def _current_set(sets: str):
+    """The name of the set `current` points at (local), or None."""
+    try:
+        return os.readlink(os.path.join(sets, CURRENT))
+    except OSError:
+        return None
+
+
+def committed_folders(job):
+    """(public, operator) folders of the job's committed set, resolved once: both belong to
+    the same release even if another run switches the set meanwhile (local paths; elsewhere
+    the job's folders)."""
+    if "://" in job.output.path:
+        return job.public_path, job.operator_path
+    sets = os.path.join(job.output.path, f".sets-{job.job}")
+    current = _current_set(sets)
+    if current is None:
+        return job.public_path, job.operator_path
+    folder = os.path.join(sets, current)
+    return os.path.join(folder, "public"), os.path.join(folder, "operator")
+
+
 def release_marker(job, release_id: str) -> str:
     """Created (create-if-absent) when a private release is committed: no job may commit or
     write that release again."""
     return os.path.join(job.output.path, ".releases", f"{job.job}-{release_id}")
 
 
-class NotReleased:
-    """`pipelines.run`'s guard: a private release id is committed at most once."""
-
-    def __init__(self, job, release_id: str):
-        self.job, self.release_id = job, release_id
-
-    def __call__(self):
-        if FileSystems.exists(release_marker(self.job, self.release_id)):
-            fail("job", f"run once: release {self.release_id} was already committed (a staged "
-                        f"job graph runs once; running it again would publish the same noise "
-                        f"on other data: launch the template again, which stages a new job)",
-                 "a second execution")
+def release_claim(job, release_id: str, staging_root: str) -> ClaimOnce:
+    """`pipelines.run`'s claim, made by the job at its start (before anything is written):
+    the release's `.releases/<job>-<release id>.claim`. A private release id is new with every
+    job graph, so a second execution of one staged graph (a classic template launched again,
+    even while the first still runs) is refused before it writes anything; the commit then
+    publishes only if it also wins the release's marker (`CommitRun`)."""
+    return ClaimOnce(release_marker(job, release_id) + ".claim",
+                     {"release_id": release_id, "staging": staging_root},
+                     f"release {release_id} of job {job.job} (a staged job graph runs once; "
+                     f"launch the template again, which stages a new job)")
 
 
 class CommitRun:
@@ -186,7 +303,25 @@ class CommitRun:
         except (OSError, IOError, ValueError, AttributeError):
             return False
 
-    def __call__(self, written: List[str]) -> str:
+    def _win_marker(self, execution) -> None:
+        """Creates the release's marker naming this staging folder and execution, or finds it
+        naming them (a retry of this commit); any other marker: another execution committed
+        this release, and this one publishes nothing."""
+        staging, release_id = self.staging, self.manifest["release_id"]
+        path = release_marker(staging.job, release_id)
+        mine = {"release_id": release_id, "staging": os.path.basename(staging.root),
+                "execution": execution}
+        if create_if_absent(path, json.dumps(mine, sort_keys=True).encode("utf-8")):
+            return
+        try:
+            found = read_json(path)
+        except (OSError, IOError, ValueError):
+            found = None
+        if found != mine:
+            raise ConcurrentRun(f"release {release_id} was already committed by another "
+                                f"execution ({path}); this one published nothing")
+
+    def __call__(self, written: List[str], execution=None) -> str:
         staging, release_id = self.staging, self.manifest["release_id"]
         if not staging.swapping():
             if not _files(staging.public + "/*"):
@@ -205,17 +340,27 @@ class CommitRun:
                  "dead_letters": dead_letters_by_reason(staging.operator)},
                 indent=2, sort_keys=True))
             if self.private:
-                create_if_absent(release_marker(staging.job, release_id), b"")
+                self._win_marker(execution)
             staging.mark_swapping()
         staging.commit()
         return "committed"
 
 
-class NotCommitted:
-    """`pipelines.schedule`'s guard: the steps from `released` are not committed yet."""
+class ScheduledRunClaim:
+    """`pipelines.schedule`'s claim, made by the job at its start before anything is written:
+    refused when the steps from `released` are committed already (a sequential re-run), then
+    the claim `claims/<checkpoint folder>.json` (create-if-absent): the folder's name is new
+    with every driver run, so a second execution of one staged graph (even concurrent) is
+    refused before it writes into that folder. Different runs from the same step are ordered
+    by the commit marker (`CommitCheckpoint`): one commits, the others publish nothing."""
 
-    def __init__(self, state_dir: str, released: int):
-        self.state_dir, self.released = state_dir, released
+    def __init__(self, state_dir: str, released: int, folder: str):
+        self.state_dir, self.released, self.folder = state_dir, released, folder
+
+    @property
+    def path(self) -> str:
+        return join(self.state_dir, "claims", os.path.basename(self.folder.rstrip("/"))
+                    + ".json")
 
     def __call__(self):
         if FileSystems.exists(marker_path(self.state_dir, self.released)):
@@ -223,6 +368,10 @@ class NotCommitted:
                         f"state directory {self.state_dir} (a staged job graph runs once; "
                         f"running it again would rewrite a committed checkpoint: launch the "
                         f"template again, which stages a new job)", "a second execution")
+        return ClaimOnce(self.path, {"checkpoint": os.path.basename(self.folder.rstrip("/")),
+                                     "from": self.released},
+                         f"the scheduled run into {self.folder} (a staged job graph runs "
+                         f"once; launch the template again, which stages a new job)")()
 
 
 class CommitCheckpoint:
@@ -240,13 +389,15 @@ class CommitCheckpoint:
         self.released, self.complete = released, complete
         self.secret, self.ledger, self.publish = secret, ledger, publish
 
-    def _marker(self):
-        """This run's marker (dict), None when absent; ConcurrentRun when another run's."""
+    def _marker(self, execution=None):
+        """This run's marker (dict), None when absent; ConcurrentRun when another run's (another
+        folder, or another execution of this run's graph: `execution`, its claim's token)."""
         path = marker_path(self.state_dir, self.released)
         if not FileSystems.exists(path):
             return None
         marker = read_json(path)
-        if not same_checkpoint(marker.get("checkpoint"), self.folder):
+        if not same_checkpoint(marker.get("checkpoint"), self.folder) or (
+                execution is not None and marker.get("execution") != execution):
             raise ConcurrentRun(f"another run already committed steps from {self.released} in "
                                 f"the state directory {self.state_dir}; this run published "
                                 f"nothing")
@@ -259,10 +410,10 @@ class CommitCheckpoint:
                 fail("checkpoint", "only the files this run wrote (a file was added to its "
                                    "folder before the commit)", path)
 
-    def __call__(self, written: List[str]) -> str:
+    def __call__(self, written: List[str], execution=None) -> str:
         steps = [self.released, self.complete]
         release_id = self.ledger["release_id"]
-        marker = self._marker()
+        marker = self._marker(execution)
         if marker is None:
             self._refuse_foreign_files(written)
             write_text(join(self.folder, LEDGER),
@@ -271,9 +422,10 @@ class CommitCheckpoint:
             created = json.dumps({"checkpoint": self.folder, "steps": steps,
                                   "release_id": release_id, "manifest_sha256": manifest,
                                   "manifest_mac": marker_mac(self.secret, release_id, steps,
-                                                             manifest)}).encode("utf-8")
+                                                             manifest),
+                                  "execution": execution}).encode("utf-8")
             create_if_absent(marker_path(self.state_dir, self.released), created)
-            marker = self._marker()  # re-read: raises unless this run's marker is there
+            marker = self._marker(execution)  # re-read: raises unless this run's marker
         path = marker_path(self.state_dir, self.released)
         verify_checkpoint(self.folder, verify_marker(marker, self.secret, path))
         write_text(join(self.folder, COMMITTED), "")

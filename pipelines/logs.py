@@ -36,9 +36,20 @@ def configure(verbose: bool) -> None:
         logging.basicConfig(level=logging.INFO, force=True)
         for name in ("apache_beam", "transforms"):
             logging.getLogger(name).setLevel(logging.INFO)
+        for name in DUPLICATE_ERROR_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
         return
     for name in ("apache_beam", "transforms"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    for name in DUPLICATE_ERROR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+# Beam logs a failing DoFn's traceback here and then raises the same error to the driver, which
+# the CLI reports in one line (a full disk, a read-only folder, a refused config): quiet mode
+# keeps only that line. `--verbose` shows the tracebacks.
+DUPLICATE_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker",
+                           "apache_beam.runners.portability.fn_api_runner")
 
 
 def exit_now(code) -> None:

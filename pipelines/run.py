@@ -24,11 +24,11 @@ import sys
 import tempfile
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import commit, io, logs
+from pipelines import commit, io, logs, storage
+from pipelines.checkpoints import read_json, write_text
 from transforms import registry
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
@@ -104,11 +104,12 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
     the guard passed."""
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
-    result = elements | job.transform >> (transform or build_transform(job))
+    transform = transform or build_transform(job)
+    if passed is not None:  # every output of the transform waits for the job's claim
+        transform.claimed_by(passed)
+    result = elements | job.transform >> transform
     # records (one per public key and step) + dead letters
-    records = result.records if passed is None else commit.guarded(result.records, passed,
-                                                                   "CheckedRecords")
-    writes = io.write_records(records, job,
+    writes = io.write_records(result.records, job,
                               os.path.join(public_folder or job.public_path, "records"))
     # file names of the records, per format
     dead_letters = dead + [result.dead_letters]
@@ -125,19 +126,20 @@ def build_release(pipeline, job: job_config.JobConfig, transform, staging) -> No
     """`build` into the staging folders, then the job's last stage commits them (release.json,
     the operator README and summary, the swap of the output sets) once every write finished:
     the job commits itself, also when its launcher does not wait for it (a Flex Template)."""
-    passed = commit.guard(pipeline, commit.NotReleased(job, transform.release_id),
-                          "NotReleasedYet") if transform.private else None
+    passed = commit.guard(pipeline, commit.release_claim(job, transform.release_id,
+                                                         staging.root),
+                          "ClaimRelease") if transform.private else None
     writes = build(pipeline, job, transform, staging.public, staging.operator, passed)
     commit.after_writes(pipeline, writes, commit.CommitRun(staging, release_manifest(transform),
                                                            transform.private),
-                        "CommitRelease")
+                        "CommitRelease", execution=passed)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True,
-                        help="the job's YAML config (see the README's config reference)")
+                        help="the job's YAML config (see docs/operations.md)")
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's own logs (quiet by default)")
     parser.add_argument("--json", action="store_true",
@@ -156,6 +158,22 @@ def main(argv=None) -> int:
         return 2
     if not any(a.startswith("--runner") for a in beam_args):
         beam_args = ["--runner=FnApiRunner", *beam_args]
+    try:
+        return run_release(job, args, beam_args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # a full disk, a read-only or forbidden folder: one line
+        line = storage.storage_error(error, [job.output.path])
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
+def run_release(job: job_config.JobConfig, args, beam_args) -> int:
+    """`main` once the config is loaded: the release, its commit (the job's last stage) and the
+    run summary, read from the committed set."""
     with contextlib.ExitStack() as stack:
         secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
         try:
@@ -175,11 +193,19 @@ def main(argv=None) -> int:
                   f"stage commits {job.public_path} and {job.operator_path}")
             return 0
         result.wait_until_finish()  # the job committed its output sets as its last stage
-    operator = operator_summary(result, job.operator_path)
-    with FileSystems.create(os.path.join(job.operator_path, "summary.json")) as handle:
-        handle.write(json.dumps(dict(operator, release_id=transform.release_id), indent=2,
-                                sort_keys=True).encode("utf-8"))
-    public = public_summary(transform, job, job.public_path)
+    public_folder, operator_folder = commit.committed_folders(job)  # one set, resolved once
+    try:
+        committed = read_json(os.path.join(public_folder, "release.json"))["release_id"]
+    except (OSError, IOError, ValueError, KeyError, TypeError):
+        committed = None
+    if committed != transform.release_id:
+        job_config.fail("output", f"this run's committed set (release {transform.release_id}; "
+                                  f"another run of job {job.job} switched the folders: runs of "
+                                  f"one job must not overlap)", committed)
+    operator = operator_summary(result, operator_folder)
+    write_text(os.path.join(operator_folder, "summary.json"), json.dumps(
+        dict(operator, release_id=transform.release_id), indent=2, sort_keys=True))
+    public = public_summary(transform, job, public_folder)
     summary = {"job": job.job, "public": public, "operator_not_private": operator}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))

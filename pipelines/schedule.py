@@ -15,7 +15,8 @@ filesystem path) holds committed checkpoints `ckpt-<steps released>-<id>/` with
 - `manifest.json`: every file above with its size, line count and SHA-256.
 A checkpoint becomes visible only through its commit marker `commits/from-<first step>.json`
 (which records the manifest's SHA-256; the next run verifies every file before resuming),
-created with create-if-absent (O_EXCL on local paths, a generation-match precondition on gs://):
+created with create-if-absent (a fsynced temporary file hard-linked to the marker's name on
+local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
 publishes nothing (records reach `output.path/<job>-scheduled/<release id>/` only after the
 commit). The commit is the job's own last stage (`pipelines.commit`), so a launcher that does
@@ -24,7 +25,12 @@ Guarantees (each tested): resuming after N runs gives records identical to one c
 (same insecure seed); re-running when nothing new is complete returns the stored records and
 spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
 completes correctly; a config whose budget, horizon, mechanism, secret or any other release
-field differs from the ledger is refused. Without a configured secret (or with `secret: {stored:
+field differs from the ledger is refused. Crash-consistent: every file a commit writes appears
+whole or not at all (`pipelines.storage`); checkpoints or published sets that the commit markers
+do not cover (deleted markers) are refused, never a fresh start (`refuse_unmarked`); every run
+checks each published file against its verified checkpoint and rewrites a missing, truncated
+or altered one (`republish_missing`); a full disk or a read-only folder ends in one line naming
+the path (exit code 2). Without a configured secret (or with `secret: {stored:
 true}`) the secret is generated once into `<state-dir>/secret` with mode 0600; it is never logged
 or written to outputs.
 
@@ -39,27 +45,31 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 import time
 import uuid
-from typing import Optional
+from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import io, logs
+from pipelines import io, logs, storage
 from pipelines import run as job_run
-from pipelines.checkpoints import (LEDGER, NEW_STATE_DIRECTORY, ConcurrentRun, check_ledger,
-                                   committed_checkpoints, fingerprint, join, marker_path,
-                                   read_json, read_states, remove_stale_checkpoints,
-                                   same_checkpoint, stored_secret, verify_checkpoint, write_states,
-                                   verify_marker)
-from pipelines.commit import (CommitCheckpoint, NotCommitted, after_writes, guard, guarded,
+from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
+                                   ConcurrentRun, check_ledger, fingerprint, join,
+                                   marker_chain, marker_path, read_json, read_states,
+                                   remove_stale_checkpoints, remove_torn_markers,
+                                   same_checkpoint, stored_secret, verified_file,
+                                   verified_manifest, verify_checkpoint, write_states,
+                                   verify_marker, write_text)
+from pipelines.commit import (CommitCheckpoint, ScheduledRunClaim, after_writes, guard, guarded,
                               staged_only)
 from transforms.mechanisms import noise
-from transforms.sinks import WriteRecordsToJsonLines, records_file, write_records_files
+from transforms import sinks
+from transforms.sinks import WriteRecordsToJsonLines, encode_records, records_file
 from transforms.stages import StepWindow
 
 
@@ -72,33 +82,34 @@ def committed_manifest(state_dir, checkpoints, secret) -> str:
 
 
 def build(pipeline, job, transform, released, complete, previous, folder, listed=None,
-          state_dir=None) -> list:
+          state_dir=None):
     """One scheduled run: the steps [released, complete) of the same composition that
     `pipelines.run` runs, continued from the previous checkpoint (its verified files `listed`);
-    writes under `folder` and returns the writes (PCollections of written file names). With
-    `state_dir`, every write waits for the guard that these steps are not committed yet."""
+    writes under `folder`. Returns (the writes: PCollections of written file names, the
+    claim's singleton or None). With `state_dir`, every write waits for the run's claim
+    (`ScheduledRunClaim`: these steps are not committed yet, and no other execution of this
+    graph claimed its folder); the singleton holds the execution's token for the commit."""
+    passed = guard(pipeline, ScheduledRunClaim(state_dir, released, folder), "ClaimRun") \
+        if state_dir else None
+    # one element once this run claimed its checkpoint folder: every write waits for it
     elements, dead = io.read_elements(pipeline, job)
     # elements of the transform, timestamped with event time
     unit_states = read_states(pipeline, "UnitStates", previous, "units", listed)
     key_states = read_states(pipeline, "KeyStates", previous, "keys", listed)
     # (unit, state) and (key, (tagged mechanism state, halt step)) of the previous run
-    result = elements | job.transform >> transform.resume(StepWindow(released, complete),
-                                                          unit_states, key_states)
+    transform = transform.resume(StepWindow(released, complete), unit_states, key_states)
+    if passed is not None:  # every output of the transform waits for the run's claim
+        transform.claimed_by(passed)
+    result = elements | job.transform >> transform
     # records of the window's steps + dead letters + the new unit and key states
-    passed = guard(pipeline, NotCommitted(state_dir, released), "NotCommittedYet") \
-        if state_dir else None
-
-    def checked(pcoll, label):
-        return guarded(pcoll, passed, f"Checked{label}") if passed is not None else pcoll
-
     dead_letters = dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
-    return [checked(result.records, "Records") | "StoreRecords" >> WriteRecordsToJsonLines(
-                join(folder, "records")),
-            write_states(checked(result.unit_states, "UnitStates"), "UnitStates", folder,
-                         "units"),
-            write_states(checked(result.key_states, "KeyStates"), "KeyStates", folder, "keys"),
-            checked(dead_letters, "DeadLetters") | "StoreDeadLetters" >> WriteRecordsToJsonLines(
-                join(folder, "dead_letters"))]
+    if passed is not None:  # the transform's outputs wait for the claim already
+        dead_letters = guarded(dead_letters, passed, "CheckedDeadLetters")
+    return [result.records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records")),
+            write_states(result.unit_states, "UnitStates", folder, "units"),
+            write_states(result.key_states, "KeyStates", folder, "keys"),
+            dead_letters | "StoreDeadLetters" >> WriteRecordsToJsonLines(
+                join(folder, "dead_letters"))], passed
 
 
 def started_noise_version(ledger: dict) -> Optional[str]:
@@ -115,9 +126,11 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
     io.preflight(job, job_run.runner_of(list(beam_args)) in job_run.LOCAL_RUNNERS)
+    remove_torn_markers(state_dir)  # empty markers of a version before atomic creation
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)
     secret_fingerprint = secret.fingerprint()
-    checkpoints = committed_checkpoints(state_dir)
+    chain = marker_chain(state_dir)
+    checkpoints = [(link["end"], link["folder"]) for link in chain]
     released, previous = checkpoints[-1] if checkpoints else (0, None)
     ledger, listed = None, None
     if previous:
@@ -141,8 +154,9 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
                                                      f"({NEW_STATE_DIRECTORY})", changed)
     else:
         transform = job_run.build_transform(job, secret, secret_fingerprint=secret_fingerprint)
+    refuse_unmarked(job, state_dir)  # deleted markers: never a fresh start
     remove_stale_checkpoints(state_dir, released, [folder for _, folder in checkpoints])
-    republish_missing(job, transform.release_id, checkpoints)
+    republish_missing(job, transform.release_id, chain, secret)
     steps = job.steps
     complete = max(0, min(steps.horizon, math.floor((now - steps.origin) / steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
@@ -165,11 +179,11 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     options = PipelineOptions(beam_args if any(a.startswith("--runner") for a in beam_args)
                               else ["--runner=FnApiRunner", *beam_args])
     pipeline = beam.Pipeline(options=options)
-    writes = build(pipeline, job, transform, released, complete, previous, folder, listed,
-                   state_dir)
+    writes, passed = build(pipeline, job, transform, released, complete, previous, folder,
+                           listed, state_dir)
     after_writes(pipeline, writes, CommitCheckpoint(job, state_dir, folder, released, complete,
                                                     secret, ledger_of_run, publish),
-                 "CommitCheckpoint")
+                 "CommitCheckpoint", execution=passed)
     try:
         result = pipeline.run()
         if staged_only(beam_args):
@@ -200,10 +214,79 @@ def committed_by_another(state_dir: str, released: int, folder: str) -> bool:
         return False
 
 
+def published_root(job) -> str:
+    """`<output.path>/<job>-scheduled/`: the scheduled releases of the job."""
+    return os.path.join(job.output.path, f"{job.job}-scheduled")
+
+
 def published_folder(job, release_id: str) -> str:
-    """`<output.path>/<job>-scheduled/<release id>/`: a folder per release, so neither a plain
-    run's records nor another state directory's release ever mix into it."""
-    return os.path.join(job.output.path, f"{job.job}-scheduled", release_id)
+    """`<output.path>/<job>-scheduled/<release id>/`: a folder per release, so a plain run's
+    records never mix into it (and a second release of the job there is refused:
+    `refuse_unmarked`)."""
+    return os.path.join(published_root(job), release_id)
+
+
+_PUBLISHED = re.compile(r"records-steps-(\d+)-(\d+)-")
+
+
+def published_sets(job) -> List[tuple]:
+    """(release id, first step, end step, path) of every records file (or `.partial` of one)
+    published under `<output.path>/<job>-scheduled/`."""
+    root = published_root(job)
+    if storage.is_local(root):
+        paths = [os.path.join(root, release, name)
+                 for release in (sorted(os.listdir(root)) if os.path.isdir(root) else [])
+                 if os.path.isdir(os.path.join(root, release))
+                 for name in sorted(os.listdir(os.path.join(root, release)))]
+    else:
+        paths = [m.path for m in FileSystems.match([join(root, "*", "records-steps-*")])[0]
+                 .metadata_list]
+    out = []
+    for path in paths:
+        match = _PUBLISHED.match(os.path.basename(path))
+        if match:
+            out.append((os.path.basename(os.path.dirname(path)), int(match.group(1)),
+                        int(match.group(2)), path))
+    return out
+
+
+def committed_folders(state_dir: str) -> List[str]:
+    """Checkpoint folders holding `_COMMITTED` (written only after their commit marker)."""
+    if storage.is_local(state_dir):
+        names = sorted(os.listdir(state_dir)) if os.path.isdir(state_dir) else []
+        return [join(state_dir, n) for n in names if n.startswith("ckpt-")
+                and os.path.isfile(os.path.join(state_dir, n, COMMITTED))]
+    return sorted(os.path.dirname(m.path) for m in FileSystems.match(
+        [join(state_dir, "ckpt-*", COMMITTED)])[0].metadata_list)
+
+
+UNMARKED = ("holding the commit marker of every committed checkpoint and published set of "
+            "the job ({what}: going on would publish these steps again, with fresh noise as a "
+            "second release or with the same noise on other data, spending the budget twice; "
+            "restore " + COMMITS + "/ from a backup, or give a new release its own output.path "
+            "or job name)")
+
+
+def refuse_unmarked(job, state_dir: str) -> None:
+    """A state directory (or output) that holds committed checkpoints or published sets that
+    its commit markers do not cover (the markers were deleted or lost, or the state directory
+    is new but the job's output holds a release) is refused, never treated as a fresh start.
+    `_COMMITTED` and published files are written only after their marker, so a killed run
+    (no marker: nothing committed, nothing published) is retried normally. The evidence is
+    listed before the markers are read: what a concurrent run commits in between is covered."""
+    committed = committed_folders(state_dir)
+    published = published_sets(job)
+    chain = marker_chain(state_dir)
+    marked = {os.path.basename(link["folder"].rstrip("/")) for link in chain}
+    for folder in committed:
+        if os.path.basename(folder.rstrip("/")) not in marked:
+            job_config.fail("state directory", UNMARKED.format(
+                what="a committed checkpoint has no commit marker"), folder)
+    windows = {(link["release_id"], link["start"], link["end"]) for link in chain}
+    for release_id, start, end, path in published:
+        if (release_id, start, end) not in windows:
+            job_config.fail("state directory", UNMARKED.format(
+                what="a published set has no commit marker here"), path)
 
 
 def _published_prefix(job, release_id, released, complete) -> str:
@@ -211,28 +294,81 @@ def _published_prefix(job, release_id, released, complete) -> str:
                         f"records-steps-{released}-{complete}")
 
 
-def republish_missing(job, release_id, checkpoints) -> None:
-    """A run killed between its commit and the end of `publish` left committed records
-    unpublished (or some formats missing): the next run publishes them (the same records:
-    they are read from the checkpoint; a half-written file only exists as `.partial`)."""
-    start = 0
-    for complete, folder in checkpoints:
-        prefix = _published_prefix(job, release_id, start, complete)
-        if not all(FileSystems.exists(records_file(prefix, fmt)) for fmt in job.output.formats):
-            publish(job, release_id, folder, start, complete)
-        start = complete
+def _rows(chunks) -> list:
+    rows = [json.loads(line) for data in chunks for line in data.decode("utf-8").splitlines()
+            if line.strip()]
+    return sorted(rows, key=lambda r: (r["key"], r["step"]))
+
+
+def _read_or_none(path: str) -> Optional[bytes]:
+    try:
+        with FileSystems.open(path) as handle:
+            return handle.read()
+    except (OSError, IOError):
+        return None
+
+
+def republish_missing(job, release_id, chain, secret) -> List[str]:
+    """Completes and repairs the publication of every committed window: a run killed between
+    its commit and the end of `publish` left records unpublished (or some formats missing),
+    and a published file may have been truncated or altered since. Each window's checkpoint is
+    verified (its marker's MAC under the secret, its manifest, its records files' SHA-256),
+    every published file is compared with the bytes its records encode to (a pure function
+    of the sorted rows) and any missing, truncated or altered one is rewritten (atomically).
+    A commit killed before `_COMMITTED` gets it. Returns the rewritten files."""
+    folder_out = published_folder(job, release_id)
+    if storage.is_local(folder_out) and os.path.isdir(folder_out):
+        storage.remove_stale_temps(folder_out)
+        for name in os.listdir(folder_out):  # half-written files of versions before
+            if name.endswith(".partial"):
+                os.remove(os.path.join(folder_out, name))
+    rewritten = []
+    for link in chain:
+        folder = link["folder"]
+        storage.remove_stale_temps(folder)  # e.g. a `_COMMITTED` of a killed run (local)
+        listed = verified_manifest(folder, verify_marker(link["marker"], secret, link["path"]))
+        rows = _rows(verified_file(join(folder, name), listed) for name in sorted(listed)
+                     if name.startswith("records-"))
+        if not FileSystems.exists(join(folder, COMMITTED)):  # killed between marker and flag
+            write_text(join(folder, COMMITTED), "")
+        prefix = _published_prefix(job, release_id, link["start"], link["end"])
+        for fmt in job.output.formats:
+            data, path = encode_records(rows, fmt), records_file(prefix, fmt)
+            if _read_or_none(path) != data:
+                _write_published(path, data)
+                rewritten.append(path)
+    return rewritten
+
+
+def _write_published(path: str, data: bytes) -> None:
+    """One published file, whole: locally replaced atomically; an object store's upload is
+    atomic already."""
+    if storage.is_local(path):
+        storage.replace_atomically(path, data)
+        return
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
+def write_records_files(rows, prefix: str, formats) -> None:
+    """The published files of `rows` (`prefix`-00000-of-00001.<fmt>), each replaced whole
+    (local paths: a temporary file, fsynced, renamed into place; elsewhere as
+    `transforms.sinks.write_records_files`)."""
+    if not storage.is_local(prefix):
+        sinks.write_records_files(rows, prefix, formats)
+        return
+    for fmt in formats:
+        _write_published(records_file(prefix, fmt), encode_records(rows, fmt))
 
 
 def publish(job, release_id, folder, released, complete) -> None:
     """After the commit: the run's records, in the configured formats, into output.path."""
-    rows = []
+    chunks = []
     for meta in FileSystems.match([join(folder, "records-*.jsonl")])[0].metadata_list:
         with FileSystems.open(meta.path) as handle:
-            rows.extend(json.loads(line) for line in handle.read().decode("utf-8").splitlines()
-                        if line.strip())
-    rows.sort(key=lambda r: (r["key"], r["step"]))
+            chunks.append(handle.read())
     out = _published_prefix(job, release_id, released, complete)
-    write_records_files(rows, out, job.output.formats)
+    write_records_files(_rows(chunks), out, job.output.formats)
 
 
 def main(argv=None) -> int:
@@ -257,6 +393,12 @@ def main(argv=None) -> int:
     except ConcurrentRun as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except Exception as error:  # a full disk, a read-only or forbidden folder: one line
+        line = storage.storage_error(error, _written_folders(args.config, args.state_dir))
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     print(f"release {summary['release_id']}")
     if "staged" in summary:
         first, last = summary["staged"]
@@ -269,6 +411,14 @@ def main(argv=None) -> int:
     for pattern in summary["records"]:
         print(f"checkpointed records: {pattern}")
     return 0
+
+
+def _written_folders(config_path: str, state_dir: str) -> List[str]:
+    """The folders a scheduled run writes (named when an error names no file)."""
+    try:
+        return [state_dir, published_root(job_config.load(config_path))]
+    except Exception:  # noqa: BLE001 (only naming folders in an error)
+        return [state_dir]
 
 
 if __name__ == "__main__":

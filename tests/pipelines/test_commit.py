@@ -4,8 +4,10 @@ waits, and a retried commit converges on the same state."""
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
+import uuid
 
 import apache_beam as beam
 import pytest
@@ -109,9 +111,9 @@ def _commit_of(tmp_path, monkeypatch):
     captured = []
     original = commit.after_writes
 
-    def capture(pipeline, writes, committer, label):
+    def capture(pipeline, writes, committer, label, **kwargs):
         captured.append(committer)
-        return original(pipeline, writes, committer, label)
+        return original(pipeline, writes, committer, label, **kwargs)
 
     monkeypatch.setattr(schedule, "after_writes", capture)
     config = write_config(tmp_path)
@@ -151,8 +153,8 @@ def test_a_retried_run_commit_leaves_the_committed_set(tmp_path, monkeypatch, la
     staged, run_on_dataflow = launcher
     captured = []
     original = commit.after_writes
-    monkeypatch.setattr(commit, "after_writes", lambda p, w, c, label: (
-        captured.append(c), original(p, w, c, label))[1])
+    monkeypatch.setattr(commit, "after_writes", lambda p, w, c, label, **kw: (
+        captured.append(c), original(p, w, c, label, **kw))[1])
     config = write_config(tmp_path, "active_users.yaml")
     job = job_config.load(config)
     assert job_run.main(["--config", config, *STAGE]) == 0
@@ -203,7 +205,7 @@ def test_a_staged_run_executed_twice_fails_and_publishes_nothing(tmp_path, launc
     template = staged.pop()
     run_on_dataflow(template)
     before = {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))}
-    with pytest.raises(Exception, match="was already committed"):
+    with pytest.raises(Exception, match="`claim` must be new: release .* was claimed before"):
         run_on_dataflow(template)
     assert {p: open(p, "rb").read() for p in glob.glob(os.path.join(job.public_path, "*"))} \
         == before
@@ -231,9 +233,9 @@ def test_a_file_the_job_did_not_write_is_never_signed(tmp_path, monkeypatch):
     state = str(tmp_path / "state")
     real = commit.CommitCheckpoint.__call__
 
-    def planted_then_commit(self, written):
+    def planted_then_commit(self, written, execution=None):
         open(os.path.join(self.folder, "units-zz-planted"), "w").close()
-        return real(self, written)
+        return real(self, written, execution)
 
     monkeypatch.setattr(commit.CommitCheckpoint, "__call__", planted_then_commit)
     with pytest.raises(Exception, match="only the files this run wrote"):
@@ -280,33 +282,93 @@ def _staged_release(tmp_path, release_id):
     return job, commit.CommitRun(staging, {"release_id": release_id}, private=True)
 
 
-@pytest.mark.parametrize("crash_at", [1, 2, 3, 4])
-def test_a_run_commit_interrupted_at_any_rename_converges(tmp_path, monkeypatch, crash_at):
+FILE_OPERATIONS = ("rename", "replace", "symlink", "link")  # what makes a file or folder visible
+
+
+def _crash_at(monkeypatch, k):
+    """The k-th rename, replace, symlink or link from now on raises (a worker lost there);
+    returns the undo."""
+    calls, originals = [0], {name: getattr(os, name) for name in FILE_OPERATIONS}
+
+    def wrap(name):
+        def operation(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == k:
+                raise OSError(f"worker lost at {name}")
+            return originals[name](*args, **kwargs)
+        return operation
+
+    for name in FILE_OPERATIONS:
+        monkeypatch.setattr(os, name, wrap(name))
+    return lambda: [monkeypatch.setattr(os, n, f) for n, f in originals.items()]
+
+
+def _visible(job):
+    """What a reader sees: the release of the public folder (its release.json and its records)
+    and of the operator folder (its summary and dead letters); None where there is none."""
+    def read(folder, name, field):
+        try:
+            return json.load(open(os.path.join(folder, name)))[field]
+        except FileNotFoundError:
+            return None
+    public = (read(job.public_path, "release.json", "release_id"),
+              read(job.public_path, "records-00000-of-00001.jsonl", "release"))
+    operator = (read(job.operator_path, "summary.json", "release_id"),
+                read(job.operator_path, "dead_letters-00000-of-00001.jsonl", "release"))
+    return public + operator
+
+
+@pytest.mark.parametrize("then", ["the retry", "the next run"])
+def test_a_run_commit_interrupted_at_any_file_operation_is_never_half_switched(
+        tmp_path, monkeypatch, then):
+    """The commit crashes at each of its renames, links and replaces in turn: at every point a
+    reader sees the old release's public AND operator folders, or the new release's (never one
+    of each, never a mix within a folder); the retry, or the next run of the job, converges."""
+    old, new = "a" * 32, "b" * 32
+    for k in itertools.count(1):
+        root = tmp_path / f"crash-{k}"
+        root.mkdir()
+        job, first = _staged_release(root, old)
+        first(["unused"])  # an earlier release is in place
+        assert _visible(job) == (old,) * 4
+        _, second = _staged_release(root, new)
+        undo = _crash_at(monkeypatch, k)
+        try:
+            second(["unused"])
+            crashed = False
+        except OSError as error:
+            assert "worker lost" in str(error)
+            crashed = True
+        undo()
+        if not crashed:
+            break  # the commit has fewer than k operations: every one was interrupted once
+        assert _visible(job) in ((old,) * 4, (new,) * 4), k
+        if then == "the retry":
+            assert second(["unused"]) == "committed"
+            assert _visible(job) == (new,) * 4
+            assert second(["unused"]) == "already committed"
+        else:
+            commit.OutputStaging(job)  # finishes a complete set's switch, or discards it
+            assert _visible(job) in ((old,) * 4, (new,) * 4), k
+        assert not glob.glob(str(root / "out" / ".staging-*"))
+        sets = os.listdir(root / "out" / f".sets-{job.job}")
+        assert sorted(sets) == sorted(["current", os.readlink(
+            root / "out" / f".sets-{job.job}" / "current")]), sets  # the old set is gone
+    assert k > 6  # the commit's writes, its marker, its rename and its switch were each hit
+
+
+def test_the_first_commit_moves_folders_of_a_version_before_aside(tmp_path):
+    """Output folders written by the code before the pointer (real folders) are replaced by
+    the links at the first commit; nothing of the old set remains."""
     job, first = _staged_release(tmp_path, "a" * 32)
-    first(["unused"])  # an earlier release is in place
-    _, second = _staged_release(tmp_path, "b" * 32)
-    calls, rename = [0], os.rename
-
-    def interrupted(source, target):
-        calls[0] += 1
-        if calls[0] == crash_at:
-            raise OSError("worker lost")
-        return rename(source, target)
-
-    monkeypatch.setattr(commit.os, "rename", interrupted)
-    with pytest.raises(OSError, match="worker lost"):
-        second(["unused"])
-    monkeypatch.setattr(commit.os, "rename", rename)
-    assert second(["unused"]) == "committed"  # the retry
-    for folder, name in ((job.public_path, "records-00000-of-00001.jsonl"),
-                         (job.operator_path, "dead_letters-00000-of-00001.jsonl")):
-        assert json.load(open(os.path.join(folder, name))) == {"release": "b" * 32}
-    assert json.load(open(os.path.join(job.public_path, "release.json")))["release_id"] == \
-        "b" * 32
-    assert json.load(open(os.path.join(job.operator_path, "summary.json")))["release_id"] == \
-        "b" * 32
-    assert not glob.glob(str(tmp_path / "out" / ".staging-*"))
-    assert second(["unused"]) == "already committed"
+    for folder in (job.public_path, job.operator_path):
+        os.makedirs(folder)
+        open(os.path.join(folder, "stale-shard.jsonl"), "w").write("{}\n")
+    assert first(["unused"]) == "committed"
+    assert os.path.islink(job.public_path) and os.path.islink(job.operator_path)
+    assert _visible(job) == ("a" * 32,) * 4
+    assert "stale-shard.jsonl" not in os.listdir(job.public_path) + os.listdir(job.operator_path)
+    assert len(os.listdir(tmp_path / "out" / f".sets-{job.job}")) == 2  # current and its set
 
 
 def test_a_run_killed_mid_swap_is_finished_by_the_next_run(tmp_path, monkeypatch):
@@ -330,10 +392,88 @@ def test_a_run_whose_staging_folder_vanished_fails(tmp_path, launcher, monkeypat
     staged, run_on_dataflow = launcher
     config = _secret_config(tmp_path, "active_users.yaml")
     captured, original = [], commit.after_writes
-    monkeypatch.setattr(commit, "after_writes", lambda p, w, c, label: (
-        captured.append(c), original(p, w, lambda files: files, label))[1])
+    monkeypatch.setattr(commit, "after_writes", lambda p, w, c, label, **kw: (
+        captured.append(c), original(p, w, lambda files, *token: files, label, **kw))[1])
     assert job_run.main(["--config", config, *STAGE]) == 0
     run_on_dataflow(staged.pop())  # the first job's writes
     assert job_run.main(["--config", config, *STAGE]) == 0  # removes the first's staging folder
     with pytest.raises(ValueError, match="`staging folder` must be present until its commit"):
         captured[0](["unused"])
+
+
+def _execute_concurrently(pipeline, run, executions=2):
+    """Runs one staged graph `executions` times at once, in forked processes released by one
+    barrier (timed to overlap); -> their exit codes (0: the execution finished)."""
+    import multiprocessing
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(executions)
+
+    def execute():
+        barrier.wait()
+        try:
+            run(pipeline)
+        except Exception:  # noqa: BLE001 (the loser's failure is the expected outcome)
+            os._exit(1)
+        os._exit(0)
+
+    processes = [context.Process(target=execute) for _ in range(executions)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(300)
+    return sorted(process.exitcode for process in processes)
+
+
+def _published(folder):
+    """The files of a published folder (a losing execution's Beam sinks create their empty
+    temp folders before its claim fails: nothing is written into them)."""
+    for temp in glob.glob(os.path.join(folder, "beam-temp-*")):
+        assert not os.listdir(temp)
+    return {os.path.basename(p): open(p, "rb").read()
+            for p in glob.glob(os.path.join(folder, "*")) if os.path.isfile(p)}
+
+
+def test_two_concurrent_executions_of_one_staged_run_publish_once(tmp_path, launcher):
+    """Break 3 as it was run: a classic template launched again while the first launch still
+    runs. Both executions start together; exactly one publishes, the other fails before it
+    writes (its claim of the release is refused), and the public folder is that one set."""
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path, "active_users.yaml")
+    job = job_config.load(config)
+    for trial in range(3):
+        assert job_run.main(["--config", config, *STAGE]) == 0
+        assert _execute_concurrently(staged.pop(), run_on_dataflow) == [0, 1]
+        public = _published(job.public_path)
+        release = json.loads(public["release.json"])["release_id"]
+        assert os.path.exists(commit.release_marker(job, release))
+        assert len(records_of([os.path.join(job.public_path, "records-*.jsonl")])) == \
+            len(job.public_keys) * job.steps.horizon
+
+
+def test_the_commit_publishes_only_if_it_won_the_marker(tmp_path, launcher, monkeypatch):
+    """The second line of defence: with the start claim taken away (as in the code that was
+    attacked), two overlapping executions both reach the commit; only the one that creates
+    the release's marker publishes, the other raises and leaves the public set as it was."""
+    staged, run_on_dataflow = launcher
+    monkeypatch.setattr(commit, "release_claim", lambda *args: (lambda: uuid.uuid4().hex))
+    config = _secret_config(tmp_path, "active_users.yaml")
+    job = job_config.load(config)
+    assert job_run.main(["--config", config, *STAGE]) == 0
+    template = staged.pop()
+    run_on_dataflow(template)
+    before = _published(job.public_path)
+    with pytest.raises(Exception, match=r"was already committed by another execution"):
+        run_on_dataflow(template)
+    assert _published(job.public_path) == before
+
+
+def test_two_concurrent_executions_of_one_staged_scheduled_run_commit_once(tmp_path, launcher):
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path)
+    state = str(tmp_path / "state")
+    schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
+    assert _execute_concurrently(staged.pop(), run_on_dataflow) == [0, 1]
+    [(released, folder)] = checkpoints.committed_checkpoints(state)
+    assert released == 5
+    checkpoints.verify_checkpoint(folder, checkpoints.read_json(
+        checkpoints.marker_path(state, 0))["manifest_sha256"])

@@ -314,3 +314,63 @@ def test_code_that_derives_noise_differently_cannot_continue_a_release(tmp_path,
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "`release.noise_derivation` must be what this release was started with" in err
+
+
+def _numeric_ids_config(tmp_path, fmt, types=None, secret=None, mixed=False):
+    """One user (numeric id 7) active on key "a" at every step of 8: with max_contributions 2
+    the released total may grow by 2 at most over the whole release. `mixed`: JSON lines spell
+    the id 7 and "7" in turn."""
+    rows = [{"ts": ORIGIN + step * HOUR + 60, "user": "7" if mixed and step % 2 else 7,
+             "region": "a"} for step in range(8)]
+    folder = tmp_path / "data"
+    folder.mkdir(exist_ok=True)
+    if fmt == "jsonl":
+        data = folder / "events.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        data = folder / "events.csv"
+        data.write_text("ts,user,region\n" + "".join(
+            f"{r['ts']},{r['user']},{r['region']}\n" for r in rows))
+    source = {"path": str(data), "format": fmt, "timestamp_format": "seconds",
+              "fields": {"timestamp": "ts", "unit": "user", "key": "region"}}
+    if types:
+        source["types"] = types
+    return write_config(tmp_path, "active_users.yaml", input=source, public_keys=["a"],
+                        bounds={"max_contributions": 2, "max_contributions_per_step": 1,
+                                "max_keys_per_unit": 1},
+                        privacy={"epsilon": 1.0}, secret=secret or {"seed": 5, "insecure": True},
+                        steps={"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600,
+                               "horizon": 8})
+
+
+@pytest.mark.parametrize("first,second,field", [
+    ({"fmt": "csv"}, {"fmt": "jsonl"}, "input.format"),
+    ({"fmt": "jsonl", "types": {"unit": "str"}}, {"fmt": "jsonl", "types": {"unit": "int"}},
+     "input.types"),
+    ({"fmt": "jsonl"}, {"fmt": "jsonl", "types": {"unit": "int"}}, "input.types"),
+])
+@pytest.mark.parametrize("secret", [None, {"stored": True}])
+def test_reading_the_input_otherwise_mid_release_is_refused(tmp_path, first, second, field,
+                                                            secret):
+    """Break 1 as it was run: steps 0-4 read as CSV, then the same data as JSON lines (or the
+    unit's declared type changed): the saved unit states no longer joined the new run's units
+    and one user's contribution to the total was [1,2,2,2,3,4,4,4] under bound 2. Now refused
+    in one line (exit 2), nothing published, under a seed and a stored secret alike."""
+    state = str(tmp_path / "state")
+    before = _numeric_ids_config(tmp_path, first["fmt"], first.get("types"), secret)
+    assert schedule.main(["--config", before, "--state-dir", state,
+                          "--now", "2026-01-05T04:00:00Z"]) == 0
+    after = _numeric_ids_config(tmp_path, second["fmt"], second.get("types"), secret)
+    with pytest.raises(ValueError, match=rf"^`{field}` must be what this release was started "
+                                         rf"with"):
+        schedule.run_once(after, state, ORIGIN + 8 * HOUR)
+    assert [r for r, _ in checkpoints.committed_checkpoints(state)] == [4]
+
+
+def test_a_numeric_unit_id_is_one_unit_whatever_the_file_format(tmp_path):
+    """Unit ids are canonicalised (`io.UNIT_IDS`): 7 and "7" in JSON lines and "7" in CSV are
+    one user (one cap of 2), so a release reads the same truncated totals from either file."""
+    csv_config = _numeric_ids_config(tmp_path, "csv")
+    jsonl_config = _numeric_ids_config(tmp_path, "jsonl", mixed=True)
+    truth = [r["value"] for r in continuous(tmp_path, csv_config)]
+    assert truth == [r["value"] for r in continuous(tmp_path, jsonl_config)]
