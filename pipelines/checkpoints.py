@@ -254,8 +254,11 @@ def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
 
 
 def fingerprint(job: job_config.JobConfig) -> dict:
-    """Every config field that defines the release (not where it reads or writes), flattened
-    to dotted names: the ledger refuses a run whose fingerprint differs.
+    """Every config field that defines the release, flattened to dotted names: the ledger
+    refuses a run whose fingerprint differs. Where it reads is not part of it; where it
+    publishes is (`job` and `output.path`: the published folder holds the release's claims of
+    its windows, so a copy of the state directory pointed elsewhere cannot publish the same
+    release again).
 
     The input's reading is part of it (`input_binding`): its format, field map, the declared
     type of every role (defaults resolved), the timestamp format and the id canonicalisation.
@@ -266,7 +269,8 @@ def fingerprint(job: job_config.JobConfig) -> dict:
     `mechanism.max_state_bytes_per_key` is left out: it only limits which mechanism a NEW
     release may use (the resolved mechanism is in the ledger and the descriptor), so changing it
     mid-release changes nothing released."""
-    sections = {"transform": job.transform, "input": io.input_binding(job),
+    sections = {"job": job.job, "output.path": job.output.path,
+                "transform": job.transform, "input": io.input_binding(job),
                 "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,
                 "mechanism": {"name": job.mechanism.name, "params": job.mechanism.params},

@@ -59,7 +59,8 @@ from pipelines import config as job_config
 from pipelines import io, logs, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
-                                   ConcurrentRun, check_ledger, fingerprint, join,
+                                   ConcurrentRun, check_ledger, create_if_absent,
+                                   fingerprint, join,
                                    marker_chain, marker_path, read_json, read_states,
                                    remove_stale_checkpoints, remove_torn_markers,
                                    same_checkpoint, stored_secret, verified_file,
@@ -331,6 +332,7 @@ def republish_missing(job, release_id, chain, secret) -> List[str]:
                      if name.startswith("records-"))
         if not FileSystems.exists(join(folder, COMMITTED)):  # killed between marker and flag
             write_text(join(folder, COMMITTED), "")
+        claim_publication(job, release_id, folder, link["start"], link["end"])
         prefix = _published_prefix(job, release_id, link["start"], link["end"])
         for fmt in job.output.formats:
             data, path = encode_records(rows, fmt), records_file(prefix, fmt)
@@ -361,8 +363,28 @@ def write_records_files(rows, prefix: str, formats) -> None:
         _write_published(records_file(prefix, fmt), encode_records(rows, fmt))
 
 
+def claim_publication(job, release_id, folder, released, complete) -> None:
+    """The output's own claim of a window, `<output.path>/.releases/<job>-scheduled-<release
+    id>/from-<first>.json` naming the checkpoint that publishes it (create-if-absent), made
+    before any of its files is written:
+    two state directories of one release (a copy or a backup run beside the original) commit
+    in their own `commits/`, but only one of them publishes a window; the other raises
+    ConcurrentRun and publishes nothing, then and on every later run."""
+    path = join(job.output.path, ".releases", f"{job.job}-scheduled-{release_id}",
+                f"from-{released:08d}.json")
+    mine = {"checkpoint": os.path.basename(folder.rstrip("/")), "steps": [released, complete]}
+    if create_if_absent(path, json.dumps(mine, sort_keys=True).encode("utf-8")):
+        return
+    if read_json(path) != mine:
+        raise ConcurrentRun(f"steps from {released} of release {release_id} were published from "
+                            f"another checkpoint ({path}: another state directory of this "
+                            f"release); this run published nothing")
+
+
 def publish(job, release_id, folder, released, complete) -> None:
-    """After the commit: the run's records, in the configured formats, into output.path."""
+    """After the commit: the run's records, in the configured formats, into output.path, once
+    the published folder's claim of the window names this checkpoint (`claim_publication`)."""
+    claim_publication(job, release_id, folder, released, complete)
     chunks = []
     for meta in FileSystems.match([join(folder, "records-*.jsonl")])[0].metadata_list:
         with FileSystems.open(meta.path) as handle:

@@ -374,3 +374,40 @@ def test_a_numeric_unit_id_is_one_unit_whatever_the_file_format(tmp_path):
     jsonl_config = _numeric_ids_config(tmp_path, "jsonl", mixed=True)
     truth = [r["value"] for r in continuous(tmp_path, csv_config)]
     assert truth == [r["value"] for r in continuous(tmp_path, jsonl_config)]
+
+
+def test_a_copy_of_the_state_directory_cannot_publish_the_release_elsewhere(tmp_path):
+    """Attack F6: a backup of the state directory run with another output.path (or job name)
+    continued the same release there: the same noise on other data. The ledger binds where the
+    release publishes."""
+    import shutil
+    state = str(tmp_path / "state")
+    config = write_config(tmp_path)
+    schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    copy = str(tmp_path / "copy")
+    shutil.copytree(state, copy)
+    base = yaml.safe_load(open(config))
+    moved = write_config(tmp_path, output=dict(base["output"], path=str(tmp_path / "elsewhere")))
+    with pytest.raises(ValueError, match=r"^`output\.path` must be what this release was "
+                                         r"started with"):
+        schedule.run_once(moved, copy, ORIGIN + 8 * HOUR)
+    renamed = write_config(tmp_path, job="renamed")
+    with pytest.raises(ValueError, match=r"^`job` must be what this release was started with"):
+        schedule.run_once(renamed, copy, ORIGIN + 8 * HOUR)
+
+
+def test_one_window_is_published_from_one_checkpoint_only(tmp_path):
+    """Two state directories of one release running at once commit in their own commits/;
+    the output's claim of the window lets only one of them publish it (the other raises and
+    its files are never written)."""
+    state = str(tmp_path / "state")
+    config = write_config(tmp_path)
+    summary = schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    job = job_config.load(config)
+    [(_, folder)] = checkpoints.committed_checkpoints(state)
+    published = sorted(glob.glob(os.path.join(summary["published"], "*")))
+    before = [open(p, "rb").read() for p in published]
+    with pytest.raises(checkpoints.ConcurrentRun, match=r"published from another checkpoint"):
+        schedule.publish(job, summary["release_id"], folder + "-copy", 0, 4)
+    assert [open(p, "rb").read() for p in published] == before
+    schedule.publish(job, summary["release_id"], folder, 0, 4)  # its own: a retry, allowed
