@@ -429,7 +429,8 @@ class CommitCheckpoint:
         path = marker_path(self.state_dir, self.released)
         verify_checkpoint(self.folder, verify_marker(marker, self.secret, path))
         write_text(join(self.folder, COMMITTED), "")
-        self.publish(self.job, release_id, self.folder, self.released, self.complete)
+        self.publish(self.job, release_id, self.folder, self.released, self.complete,
+                     marker.get("execution"))
         return "committed"
 
 

@@ -332,7 +332,8 @@ def republish_missing(job, release_id, chain, secret) -> List[str]:
                      if name.startswith("records-"))
         if not FileSystems.exists(join(folder, COMMITTED)):  # killed between marker and flag
             write_text(join(folder, COMMITTED), "")
-        claim_publication(job, release_id, folder, link["start"], link["end"])
+        claim_publication(job, release_id, folder, link["start"], link["end"],
+                          link["marker"].get("execution"))
         prefix = _published_prefix(job, release_id, link["start"], link["end"])
         for fmt in job.output.formats:
             data, path = encode_records(rows, fmt), records_file(prefix, fmt)
@@ -363,16 +364,19 @@ def write_records_files(rows, prefix: str, formats) -> None:
         _write_published(records_file(prefix, fmt), encode_records(rows, fmt))
 
 
-def claim_publication(job, release_id, folder, released, complete) -> None:
+def claim_publication(job, release_id, folder, released, complete, execution=None) -> None:
     """The output's own claim of a window, `<output.path>/.releases/<job>-scheduled-<release
     id>/from-<first>.json` naming the checkpoint that publishes it (create-if-absent), made
     before any of its files is written:
     two state directories of one release (a copy or a backup run beside the original) commit
     in their own `commits/`, but only one of them publishes a window; the other raises
-    ConcurrentRun and publishes nothing, then and on every later run."""
+    ConcurrentRun and publishes nothing, then and on every later run. It names the execution
+    its commit marker names too: a staged graph executed again after its marker and checkpoint
+    were deleted has the same folder name, not the same execution."""
     path = join(job.output.path, ".releases", f"{job.job}-scheduled-{release_id}",
                 f"from-{released:08d}.json")
-    mine = {"checkpoint": os.path.basename(folder.rstrip("/")), "steps": [released, complete]}
+    mine = {"checkpoint": os.path.basename(folder.rstrip("/")), "steps": [released, complete],
+            "execution": execution}
     if create_if_absent(path, json.dumps(mine, sort_keys=True).encode("utf-8")):
         return
     if read_json(path) != mine:
@@ -381,10 +385,10 @@ def claim_publication(job, release_id, folder, released, complete) -> None:
                             f"release); this run published nothing")
 
 
-def publish(job, release_id, folder, released, complete) -> None:
+def publish(job, release_id, folder, released, complete, execution=None) -> None:
     """After the commit: the run's records, in the configured formats, into output.path, once
     the published folder's claim of the window names this checkpoint (`claim_publication`)."""
-    claim_publication(job, release_id, folder, released, complete)
+    claim_publication(job, release_id, folder, released, complete, execution)
     chunks = []
     for meta in FileSystems.match([join(folder, "records-*.jsonl")])[0].metadata_list:
         with FileSystems.open(meta.path) as handle:

@@ -477,3 +477,27 @@ def test_two_concurrent_executions_of_one_staged_scheduled_run_commit_once(tmp_p
     assert released == 5
     checkpoints.verify_checkpoint(folder, checkpoints.read_json(
         checkpoints.marker_path(state, 0))["manifest_sha256"])
+
+
+def test_a_staged_scheduled_graph_re_executed_after_a_rollback_publishes_nothing(tmp_path,
+                                                                                launcher):
+    """Attack F5 (staged): the marker, claims/ and the checkpoint folder deleted, the same
+    staged graph executed again (on other data) had the same folder name and published over
+    the window. The output's claim of the window names the execution: refused."""
+    import shutil
+    staged, run_on_dataflow = launcher
+    config = _secret_config(tmp_path)
+    state = str(tmp_path / "state")
+    summary = schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
+    template = staged.pop()
+    run_on_dataflow(template)
+    published = sorted(p for p in glob.glob(os.path.join(summary["published"], "*"))
+                       if os.path.isfile(p))
+    before = [open(p, "rb").read() for p in published]
+    [(_, folder)] = checkpoints.committed_checkpoints(state)
+    os.remove(checkpoints.marker_path(state, 0))
+    shutil.rmtree(os.path.join(state, "claims"))
+    shutil.rmtree(folder)
+    with pytest.raises(Exception, match=r"published from another checkpoint"):
+        run_on_dataflow(template)
+    assert [open(p, "rb").read() for p in published] == before

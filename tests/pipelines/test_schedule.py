@@ -410,4 +410,8 @@ def test_one_window_is_published_from_one_checkpoint_only(tmp_path):
     with pytest.raises(checkpoints.ConcurrentRun, match=r"published from another checkpoint"):
         schedule.publish(job, summary["release_id"], folder + "-copy", 0, 4)
     assert [open(p, "rb").read() for p in published] == before
-    schedule.publish(job, summary["release_id"], folder, 0, 4)  # its own: a retry, allowed
+    execution = checkpoints.read_json(checkpoints.marker_path(state, 0))["execution"]
+    with pytest.raises(checkpoints.ConcurrentRun, match=r"published from another checkpoint"):
+        schedule.publish(job, summary["release_id"], folder, 0, 4, "another execution")
+    schedule.publish(job, summary["release_id"], folder, 0, 4, execution)  # a retry: allowed
+    assert [open(p, "rb").read() for p in published] == before
