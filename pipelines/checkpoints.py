@@ -24,7 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import config as job_config
 from pipelines import io, storage
-from transforms import claims
+from transforms import durable
 from transforms.secret import SecretRef
 from transforms.streams import codec
 
@@ -243,12 +243,12 @@ def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
     The file appears with its whole content or not at all.
 
     Local paths: `data` is written and fsynced under a temporary name, then hard-linked to
-    `path` (link(2) fails if it exists), then the folder is fsynced (`transforms.claims`).
+    `path` (link(2) fails if it exists), then the folder is fsynced (`transforms.durable`).
     gs://: an object write with if_generation_match=0 (needs google-cloud-storage, the [gcp]
     extra; GCS preconditions are strongly consistent). Other filesystems offer no atomic
     create-if-absent through Beam and are refused."""
     if "://" not in path or path.startswith("gs://"):
-        return claims.create_if_absent(path, data, mode)
+        return durable.create_if_absent(path, data, mode)
     job_config.fail("--state-dir", "a local path or gs:// (committing needs an atomic "
                                    "create-if-absent)", path)
 

@@ -6,7 +6,7 @@ killed (kill -9, an OOM kill, a preempted VM) or the disk fills up mid-write:
 
 - `replace_atomically(path, data)`: the data is written and fsynced under a temporary name in
   the same folder, then renamed over `path` (rename(2) is atomic), then the folder is fsynced;
-- create-if-absent (`checkpoints.create_if_absent`, `transforms.claims.create_if_absent`): the
+- create-if-absent (`transforms.durable.create_if_absent`, which both live in): the
   same kind of temporary file is hard-linked to `path` (link(2) fails with EEXIST when `path`
   exists), so the file carries its content from the moment it exists.
 
@@ -23,96 +23,15 @@ import errno
 import os
 import re
 import time
-import uuid
 from typing import Iterable, Optional
 
-TEMP_PREFIX = ".tmp-"
+# the atomic files themselves live with the plugin (its claims use them)
+from transforms.durable import (TEMP_PREFIX, named_error, remove_quietly, write_temp,  # noqa: F401
+                                fsync_folder, is_local, is_temp, replace_atomically,
+                                temp_path)
+
 _TEMP = re.compile(r"\.tmp-(\d+)-[0-9a-f]{8}-")
 STALE_SECONDS = 3600.0
-
-
-def is_local(path) -> bool:
-    return "://" not in str(path)
-
-
-def is_temp(path) -> bool:
-    return os.path.basename(str(path).rstrip("/")).startswith(TEMP_PREFIX)
-
-
-def temp_path(path: str) -> str:
-    """A temporary name beside `path` (same folder, so a rename or link stays atomic)."""
-    folder, name = os.path.split(path)
-    return os.path.join(folder, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{name}")
-
-
-def fsync_folder(folder: str) -> None:
-    """Makes a rename or link in `folder` durable (a power loss keeps it); best effort on
-    filesystems that cannot sync a directory."""
-    try:
-        handle = os.open(folder or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
-
-
-def _named(error: OSError, path: str) -> OSError:
-    """`error` naming `path` (a failed write(2) or fsync(2) names no file)."""
-    if error.errno is None or (error.filename and not is_temp(error.filename)):
-        return error
-    named = OSError(error.errno, error.strerror or os.strerror(error.errno or 0), path)
-    named.__cause__ = error
-    return named
-
-
-def _write_temp(path: str, data: bytes, mode: int) -> str:
-    """`data` in a new, fsynced temporary file beside `path` (created with `mode`, so a secret
-    is never readable by others, not even while it is written); returns its name."""
-    folder = os.path.dirname(path) or "."
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as error:
-        raise _named(error, folder) from None
-    temp = temp_path(path)
-    try:
-        handle = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-    except OSError as error:
-        raise _named(error, path) from None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(handle, view):]
-        os.fsync(handle)
-    except OSError as error:
-        os.close(handle)
-        _remove_quietly(temp)
-        raise _named(error, path) from None
-    os.close(handle)
-    return temp
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
-def replace_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Writes `data` to the local `path`, replacing it whole: readers see the old content or
-    the new one, never a mix, an empty or a truncated file."""
-    temp = _write_temp(path, data, mode)
-    try:
-        os.replace(temp, path)
-    except OSError as error:
-        _remove_quietly(temp)
-        raise _named(error, path) from None
-    fsync_folder(os.path.dirname(path))
-
 
 def _running(pid: int) -> bool:
     if pid == os.getpid():
@@ -146,7 +65,7 @@ def remove_stale_temps(folder: str) -> list:
         if old or (match and not _running(int(match.group(1)))):
             if os.path.isdir(path) and not os.path.islink(path):
                 continue  # not ours (our temporaries are files or links)
-            _remove_quietly(path)
+            remove_quietly(path)
             removed.append(path)
     return removed
 

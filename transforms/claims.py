@@ -21,68 +21,13 @@ Other filesystems offer no atomic create-if-absent through Beam and are refused.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import uuid
 from typing import Callable, Optional
 
+from transforms.durable import create_if_absent  # noqa: F401 (the claims' primitive)
 from transforms.validation import fail
-
-TEMP_PREFIX = ".tmp-"  # `create_if_absent` writes under this prefix, then links
-
-
-def _sync_folder(folder: str) -> None:
-    try:
-        handle = os.open(folder or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
-
-
-def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
-    """Atomically create `path` holding `data` unless it exists: True if this call created it.
-    The file appears whole or not at all (a kill or a full disk leaves at most a temporary file
-    that nothing reads)."""
-    if "://" not in path:
-        folder = os.path.dirname(path) or "."
-        os.makedirs(folder, exist_ok=True)
-        temp = os.path.join(folder, f"{TEMP_PREFIX}{os.path.basename(path)}-{uuid.uuid4().hex}")
-        handle = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            try:
-                os.link(temp, path)
-            except OSError as error:
-                if error.errno == errno.EEXIST:
-                    return False
-                raise
-            _sync_folder(folder)
-            return True
-        finally:
-            try:
-                os.remove(temp)
-            except OSError:
-                pass
-    if path.startswith("gs://"):
-        from google.api_core.exceptions import PreconditionFailed
-        from google.cloud import storage
-        bucket, _, name = path[len("gs://"):].partition("/")
-        try:
-            storage.Client().bucket(bucket).blob(name).upload_from_string(
-                data, if_generation_match=0)
-        except PreconditionFailed:
-            return False
-        return True
-    fail("claims", "a local path or gs:// (a claim needs an atomic create-if-absent)", path)
 
 
 def read_claim(path: str) -> Optional[dict]:
