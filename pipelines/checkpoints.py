@@ -269,7 +269,8 @@ def fingerprint(job: job_config.JobConfig) -> dict:
     `mechanism.max_state_bytes_per_key` is left out: it only limits which mechanism a NEW
     release may use (the resolved mechanism is in the ledger and the descriptor), so changing it
     mid-release changes nothing released."""
-    sections = {"job": job.job, "output.path": job.output.path,
+    output = job.output.path if "://" in job.output.path else os.path.abspath(job.output.path)
+    sections = {"job": job.job, "output.path": output,
                 "transform": job.transform, "input": io.input_binding(job),
                 "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,

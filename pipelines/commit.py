@@ -35,6 +35,7 @@ from pipelines.checkpoints import (COMMITTED, LEDGER, ConcurrentRun, checkpoint_
                                    create_if_absent, join, marker_mac, marker_path, read_json,
                                    same_checkpoint, verify_checkpoint, verify_marker,
                                    write_manifest, write_text)
+from transforms import durable
 from transforms.claims import ClaimOnce, guard, guarded, read_claim  # noqa: F401 (re-exported)
 from transforms.validation import fail
 
@@ -88,12 +89,14 @@ class OutputStaging:
 
     Local paths: the job's folders are symbolic links into one pointer,
 
-        <output>/<job>          -> .sets-<job>/current/public
-        <output>/<job>-operator -> .sets-<job>/current/operator
-        <output>/.sets-<job>/current -> <id>     (the committed set <output>/.sets-<job>/<id>/)
+        <output>/<job>          -> .sets-<job>-operator/current/public
+        <output>/<job>-operator -> .sets-<job>-operator/current/operator
+        <output>/.sets-<job>-operator/current -> <id>     (the committed set, <id>/)
+    (the sets' folder is named `-operator`: it holds operator-only data, and a publication that
+    leaves out `*-operator` must leave it out too)
 
     A commit (1) renames the complete staging folder `.staging-<job>-<id>/` (marked
-    `_SWAPPING`) to `.sets-<job>/<id>/`, (2) replaces `current` by a link to it (one atomic
+    `_SWAPPING`) to `.sets-<job>-operator/<id>/`, (2) replaces `current` by a link to it (one atomic
     rename: both folders switch at once), (3) deletes the previous set. A reader, or a run
     killed at any point, sees the old pair or the new pair. The switch resumes where an
     interrupted one stopped, and a new run first finishes the switch of a killed run whose
@@ -109,7 +112,7 @@ class OutputStaging:
         self.job = job
         parent = job.output.path
         self.prefix = f".staging-{job.job}-"
-        self.sets = os.path.join(parent, f".sets-{job.job}")
+        self.sets = os.path.join(parent, f".sets-{job.job}-operator")
         if root is None and "://" not in parent and os.path.isdir(parent):
             self._recover(parent)
         self.root = root or os.path.join(parent, self.prefix + uuid.uuid4().hex[:8])
@@ -257,7 +260,7 @@ def committed_folders(job):
     the job's folders)."""
     if "://" in job.output.path:
         return job.public_path, job.operator_path
-    sets = os.path.join(job.output.path, f".sets-{job.job}")
+    sets = os.path.join(job.output.path, f".sets-{job.job}-operator")
     current = _current_set(sets)
     if current is None:
         return job.public_path, job.operator_path
@@ -339,6 +342,7 @@ class CommitRun:
                  "truncation_counts": METRICS_NOTE,
                  "dead_letters": dead_letters_by_reason(staging.operator)},
                 indent=2, sort_keys=True))
+            durable.sync_files(_files(staging.public + "/*") + _files(staging.operator + "/*"))
             if self.private:
                 self._win_marker(execution)
             staging.mark_swapping()
@@ -353,6 +357,8 @@ class ScheduledRunClaim:
     with every driver run, so a second execution of one staged graph (even concurrent) is
     refused before it writes into that folder. Different runs from the same step are ordered
     by the commit marker (`CommitCheckpoint`): one commits, the others publish nothing."""
+
+    claims_once = True  # a claim (`transforms.claims.claim_of`)
 
     def __init__(self, state_dir: str, released: int, folder: str):
         self.state_dir, self.released, self.folder = state_dir, released, folder
@@ -418,6 +424,7 @@ class CommitCheckpoint:
             self._refuse_foreign_files(written)
             write_text(join(self.folder, LEDGER),
                        json.dumps(self.ledger, indent=2, sort_keys=True, default=str))
+            durable.sync_files(checkpoint_files(self.folder))  # Beam's sinks do not fsync
             manifest = write_manifest(self.folder)
             created = json.dumps({"checkpoint": self.folder, "steps": steps,
                                   "release_id": release_id, "manifest_sha256": manifest,

@@ -30,12 +30,9 @@ from pipelines import config as job_config
 from pipelines import commit, io, logs, storage
 from pipelines.checkpoints import read_json, write_text
 from transforms import registry
+from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
-
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
-                 "SwitchingDirectRunner", "PrismRunner")
-
 
 def runner_of(beam_args) -> str:
     for i, arg in enumerate(beam_args):

@@ -379,7 +379,10 @@ def claim_publication(job, release_id, folder, released, complete, execution=Non
             "execution": execution}
     if create_if_absent(path, json.dumps(mine, sort_keys=True).encode("utf-8")):
         return
-    if read_json(path) != mine:
+    found = read_json(path)
+    if isinstance(found, dict) and "execution" not in found:  # claimed before executions
+        found = dict(found, execution=execution)
+    if found != mine:
         raise ConcurrentRun(f"steps from {released} of release {release_id} were published from "
                             f"another checkpoint ({path}: another state directory of this "
                             f"release); this run published nothing")

@@ -301,3 +301,42 @@ def test_censuses_reveal_nothing_without_the_secret(secret, tmp_path):
     run_pipeline(empty, [], window=StepWindow(0, 4))
     assert int(read_claim(os.path.join(str(tmp_path / "empty"), empty.release_id,
                                        "units-at-00000004.json"))["sum"], 16) != 0
+
+
+def test_claimed_by_takes_only_a_claims_guard(secret, tmp_path):
+    """Attack (round 2) F4: `claimed_by` took any singleton, which skipped the claim and the
+    census. Only the singleton of a claim's guard is taken."""
+    from transforms.claims import ClaimOnce, guard
+    pipeline = beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"]))
+    with pytest.raises(ValueError, match=r"^`claimed_by` must be the singleton of a claim's"):
+        count(secret, release_id=RELEASE).claimed_by(pipeline | beam.Create([True]))
+    with pytest.raises(ValueError, match=r"^`claimed_by` must be the singleton of a claim's"):
+        count(secret).claimed_by(guard(pipeline, lambda: True, "NotAClaim"))
+    count(secret).claimed_by(guard(pipeline, ClaimOnce(str(tmp_path / "c"), {}, "it"), "Claim"))
+
+
+def test_a_copied_transform_cannot_claim_its_first_steps_elsewhere(secret, tmp_path):
+    """Attack (round 2) F2: a deepcopy resumed from step 0 with another claims folder published
+    the same noise there. A new release's claims are fixed at construction."""
+    import copy
+    transform = count(secret, claims=str(tmp_path / "a"))
+    twin = copy.deepcopy(transform)
+    with pytest.raises(ValueError, match=r"^`claims` must be given when the release is "
+                                         r"constructed"):
+        twin.resume(StepWindow(0, 8), claims=str(tmp_path / "b"))
+
+
+def test_a_local_claims_folder_is_refused_with_a_remote_runner(secret, tmp_path):
+    from transforms.continual import remote_runner
+
+    class DataflowRunner:  # what a remote runner's class is called; nothing runs
+        pass
+
+    class Remote:
+        runner = DataflowRunner()
+
+    assert remote_runner(Remote())
+    transform = count(secret, claims=str(tmp_path / "claims"))
+    with pytest.raises(ValueError, match=r"^`claims` must be a gs:// folder with a remote "
+                                         r"runner"):
+        transform._check_continuation(StepWindow(0, 8), Remote())

@@ -46,6 +46,8 @@ class ClaimOnce:
     marker names it (a retried commit of this execution finds its own token; another
     execution of the same graph, which has the same paths, does not)."""
 
+    claims_once = True  # what `guard` marks its singleton with (`ContinualX.claimed_by`)
+
     def __init__(self, path: str, content: dict, what: str, precondition=None):
         self.path, self.content, self.what = path, dict(content), what
         self.precondition = precondition  # called with `what` before an absent claim is made
@@ -122,10 +124,19 @@ class Claimed:
 
 
 def guard(pipeline, check: Callable[[], object], label: str):
-    """A singleton that exists only once `check()` passed, in the job (not in the driver)."""
+    """A singleton that exists only once `check()` passed, in the job (not in the driver). It
+    carries `check` (`claim_of`): only a claim's guard proves a claim."""
     import apache_beam as beam
-    return pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
+    passed = pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
         lambda _: check() or True)
+    passed.dp_claim = check
+    return passed
+
+
+def claim_of(passed):
+    """The claim a guard's singleton was made by, or None (any other PCollection)."""
+    check = getattr(passed, "dp_claim", None)
+    return check if getattr(check, "claims_once", False) else None
 
 
 def guarded(pcoll, passed, label: str):

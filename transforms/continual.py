@@ -23,8 +23,8 @@ import apache_beam as beam
 
 from transforms import validation as check
 from transforms.census import CheckCensus, WriteCensus, census_of
-from transforms.claims import (ClaimOnce, Claimed, NothingLater, WindowClaims, guard,
-                               guarded)
+from transforms.claims import (ClaimOnce, Claimed, NothingLater, WindowClaims, claim_of,
+                               guard, guarded)
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
@@ -379,14 +379,28 @@ class _ContinualBase(beam.PTransform):
                                      "mechanism states continue the release)", None)
         self._window, self._resume_units, self._resume_keys = window, unit_states, key_states
         if claims is not None:
-            self._claims = WindowClaims(claims)
+            given = WindowClaims(claims)
+            if self._given_release_id is None and self.private:
+                check.fail("claims", "given when the release is constructed (a new release "
+                                     "claims its steps where it was built to: a copy of the "
+                                     "transform resumed with other claims would publish the "
+                                     "same noise twice)", claims)
+            if isinstance(self._claims, WindowClaims) and self._claims.folder != given.folder:
+                check.fail("claims", f"the folder the release was constructed with "
+                                     f"({self._claims.folder})", claims)
+            self._claims = given
         return self
 
     def claimed_by(self, passed):
         """For the drivers that claim and commit a release themselves (`pipelines.run`: the
         release; `pipelines.schedule`: its checkpoint folder, ordered by its commit markers):
         every output of the transform waits for `passed`, the singleton of their claim's
-        `guard`, instead of a claims folder."""
+        `guard` (`transforms.claims.guard` of a claim; any other PCollection is refused),
+        instead of a claims folder."""
+        if claim_of(passed) is None:
+            check.fail("claimed_by", "the singleton of a claim's guard (transforms.claims.guard "
+                                     "of a ClaimOnce: only the drivers that claim and commit "
+                                     "themselves use it)", passed)
         self._claims = Claimed(passed)
         return self
 
@@ -407,7 +421,7 @@ class _ContinualBase(beam.PTransform):
                                                         window.first))
         return checked | "ClaimWindow" >> beam.Map(lambda _: claim())
 
-    def _check_continuation(self, window: StepWindow) -> None:
+    def _check_continuation(self, window: StepWindow, pipeline=None) -> None:
         """A private release is claimed once in durable storage (`claims=`, or a driver's own
         claim: `claimed_by`): without it, a job graph executed twice (a pipeline run again, a
         copied transform, a classic template launched twice) would publish the same noise on
@@ -428,6 +442,11 @@ class _ContinualBase(beam.PTransform):
                                  "claims\") (a job graph executed twice would otherwise publish "
                                  "the same noise on two inputs); or insecure=True for demos",
                        None)
+        if isinstance(self._claims, WindowClaims) and "://" not in self._claims.folder and \
+                remote_runner(pipeline):
+            check.fail("claims", "a gs:// folder with a remote runner (a local folder is one "
+                                 "machine's: every worker would claim on its own disk)",
+                       self._claims.folder)
         if self._given_release_id is not None and window.first == 0:
             check.fail("window", "a continuation after step 0 for a given private "
                                  "`release_id` (steps from 0 are released once, by the run "
@@ -436,7 +455,7 @@ class _ContinualBase(beam.PTransform):
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
-        self._check_continuation(window)
+        self._check_continuation(window, events.pipeline)
         # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
         packed = events.is_bounded  # bounded: steps assigned and events packed per unit and
         stepped = events | "AssignSteps" >> AssignSteps(  # bundle in one DoFn
@@ -475,6 +494,19 @@ class _ContinualBase(beam.PTransform):
                                                             window.stop))
         return ContinualResult(records, dead | "DeadLetters" >> beam.Flatten(),
                                unit_states, key_states)
+
+
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
+                 "SwitchingDirectRunner", "PrismRunner", "TestDirectRunner")
+
+
+def remote_runner(pipeline) -> bool:
+    """Whether `pipeline` runs its workers elsewhere (Dataflow, a portable runner): its local
+    paths are not the driver's."""
+    if pipeline is None:
+        return False
+    runner = type(getattr(pipeline, "runner", None)).__name__
+    return runner not in LOCAL_RUNNERS + ("NoneType",)
 
 
 def _across_keys(problem: CountProblem) -> CountProblem:

@@ -135,3 +135,20 @@ def create_if_absent(path: str, data: bytes, mode: int = 0o644) -> bool:
             return False
         return True
     fail("path", "a local path or gs:// (an atomic create-if-absent is needed)", path)
+
+
+def sync_files(paths) -> None:
+    """fsyncs local files written by others (Beam's sinks do not) and their folders, before a
+    commit names them: a power loss after the commit must not leave a committed file empty."""
+    folders = set()
+    for path in paths:
+        if not is_local(path) or not os.path.isfile(path):
+            continue
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        folders.add(os.path.dirname(path) or ".")
+    for folder in sorted(folders):
+        fsync_folder(folder)

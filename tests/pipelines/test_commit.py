@@ -351,9 +351,9 @@ def test_a_run_commit_interrupted_at_any_file_operation_is_never_half_switched(
             commit.OutputStaging(job)  # finishes a complete set's switch, or discards it
             assert _visible(job) in ((old,) * 4, (new,) * 4), k
         assert not glob.glob(str(root / "out" / ".staging-*"))
-        sets = os.listdir(root / "out" / f".sets-{job.job}")
+        sets = os.listdir(root / "out" / f".sets-{job.job}-operator")
         assert sorted(sets) == sorted(["current", os.readlink(
-            root / "out" / f".sets-{job.job}" / "current")]), sets  # the old set is gone
+            root / "out" / f".sets-{job.job}-operator" / "current")]), sets  # the old set is gone
     assert k > 6  # the commit's writes, its marker, its rename and its switch were each hit
 
 
@@ -368,7 +368,7 @@ def test_the_first_commit_moves_folders_of_a_version_before_aside(tmp_path):
     assert os.path.islink(job.public_path) and os.path.islink(job.operator_path)
     assert _visible(job) == ("a" * 32,) * 4
     assert "stale-shard.jsonl" not in os.listdir(job.public_path) + os.listdir(job.operator_path)
-    assert len(os.listdir(tmp_path / "out" / f".sets-{job.job}")) == 2  # current and its set
+    assert len(os.listdir(tmp_path / "out" / f".sets-{job.job}-operator")) == 2  # current and its set
 
 
 def test_a_run_killed_mid_swap_is_finished_by_the_next_run(tmp_path, monkeypatch):
@@ -455,7 +455,13 @@ def test_the_commit_publishes_only_if_it_won_the_marker(tmp_path, launcher, monk
     attacked), two overlapping executions both reach the commit; only the one that creates
     the release's marker publishes, the other raises and leaves the public set as it was."""
     staged, run_on_dataflow = launcher
-    monkeypatch.setattr(commit, "release_claim", lambda *args: (lambda: uuid.uuid4().hex))
+    class NoClaim:  # the start claim taken away: only a fresh execution token
+        claims_once = True
+
+        def __call__(self):
+            return uuid.uuid4().hex
+
+    monkeypatch.setattr(commit, "release_claim", lambda *args: NoClaim())
     config = _secret_config(tmp_path, "active_users.yaml")
     job = job_config.load(config)
     assert job_run.main(["--config", config, *STAGE]) == 0

@@ -301,7 +301,7 @@ def _kind(where) -> str:
         if name.startswith(prefix):
             return prefix + "*"
     if len(name) == 8 and all(c in "0123456789abcdef" for c in name):
-        return "a set (.sets-<job>/<id>)"
+        return "a set (.sets-<job>-operator/<id>)"
     return name if len(name) < 24 else "a Beam temporary file"
 
 
@@ -309,7 +309,7 @@ def _kind(where) -> str:
 
 def _run_triggers(job):
     out = job.output.path
-    sets = os.path.join(out, f".sets-{job.job}")
+    sets = os.path.join(out, f".sets-{job.job}-operator")
     prefix = f".staging-{job.job}-"
     before = {n for n in _listing(out) if n.startswith(prefix)}
     sets_before = _listing(sets)
@@ -376,7 +376,7 @@ def _check_run(job, reference):
                   .splitlines()) == reference["csv"]
     out = job.output.path
     assert not [n for n in os.listdir(out) if n.startswith((".staging-", ".tmp-"))]
-    sets = os.path.join(out, f".sets-{job.job}")
+    sets = os.path.join(out, f".sets-{job.job}-operator")
     if os.path.isdir(sets):  # (the campaign also runs against other designs of the switch)
         assert sorted(os.listdir(sets)) == sorted(["current", os.readlink(
             os.path.join(sets, "current"))])  # the previous sets are gone

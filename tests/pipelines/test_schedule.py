@@ -415,3 +415,33 @@ def test_one_window_is_published_from_one_checkpoint_only(tmp_path):
         schedule.publish(job, summary["release_id"], folder, 0, 4, "another execution")
     schedule.publish(job, summary["release_id"], folder, 0, 4, execution)  # a retry: allowed
     assert [open(p, "rb").read() for p in published] == before
+
+
+def test_a_relative_output_path_binds_the_folder_it_names_from_where_it_ran(tmp_path,
+                                                                            monkeypatch):
+    """Attack (round 2) F1: `output.path: output` run from another directory with a copy of the
+    state directory published the release a second time there. The ledger binds the absolute
+    folder."""
+    config = write_config(tmp_path, output={"path": "output", "formats": ["jsonl"]})
+    job = job_config.load(config)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    here = checkpoints.fingerprint(job)["output.path"]
+    monkeypatch.chdir(tmp_path / "b")
+    assert checkpoints.fingerprint(job)["output.path"] != here == str(tmp_path / "a" / "output")
+
+
+def test_a_publication_claim_of_a_release_before_execution_tokens_is_still_its_own(tmp_path):
+    """Attack (round 2) F5: claims written before they named the execution made every later
+    run exit 3 ("another state directory"): the stuck release of a routine upgrade."""
+    config = write_config(tmp_path)
+    job = job_config.load(config)
+    path = os.path.join(job.output.path, ".releases", f"{job.job}-scheduled-{'a' * 32}",
+                        "from-00000000.json")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as handle:
+        json.dump({"checkpoint": "ckpt-00000004-x", "steps": [0, 4]}, handle)
+    schedule.claim_publication(job, "a" * 32, "/s/ckpt-00000004-x", 0, 4, "token")
+    with pytest.raises(checkpoints.ConcurrentRun):
+        schedule.claim_publication(job, "a" * 32, "/s/ckpt-00000004-y", 0, 4, "token")
