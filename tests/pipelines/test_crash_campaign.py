@@ -151,6 +151,13 @@ def _kill_at_operation(command, watched, n, log) -> tuple:
     return "finished", None
 
 
+def _at(where) -> str:
+    """An outcome's name: the operation a run was killed at, or none (a run that does fewer
+    operations than the calibration run, e.g. one with no earlier set to remove, finished)."""
+    return "beyond the run's operations" if where is None else \
+        f"at {where.split()[0]} of {_kind(where)}"
+
+
 def _operations(command, watched, log) -> int:
     """How many file operations an uninterrupted run of `command` does under `watched`."""
     assert _kill_at_operation(command, watched, 0, log)[0] == "finished"
@@ -276,7 +283,7 @@ def schedule_campaign(base, kills: int, at_operations: int, rng,
                     killed["timed"] >= kills or rng.random() < 0.5):
                 outcome, where = _kill_at_operation(command, watched, rng.randint(
                     1, operations), log)
-                outcomes[(f"at {where.split()[0]} of {_kind(where)}", outcome)] += 1
+                outcomes[(_at(where), outcome)] += 1
                 killed["at an operation"] += outcome == "killed"
             else:
                 triggers = _schedule_triggers(state, schedule.published_root(job))
@@ -401,7 +408,7 @@ def run_campaign(base, kills: int, at_operations: int, rng,
         if killed["at an operation"] < at_operations and (
                 killed["timed"] >= kills or rng.random() < 0.5):
             outcome, where = _kill_at_operation(command, [out], rng.randint(1, operations), log)
-            outcomes[(f"at {where.split()[0]} of {_kind(where)}", outcome)] += 1
+            outcomes[(_at(where), outcome)] += 1
             killed["at an operation"] += outcome == "killed"
         else:
             triggers = _run_triggers(job)
