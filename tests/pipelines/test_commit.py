@@ -173,16 +173,22 @@ def _secret_config(tmp_path, name="cart_items.yaml", **changes):
     return write_config(tmp_path, name, secret={"path": str(secret)}, **changes)
 
 
+def _staged_scheduled_run(tmp_path, launcher):
+    """A private scheduled run of steps 0 -> 5 staged, then executed once: (its staged graph,
+    the driver's summary, the state directory, the executor)."""
+    staged, run_on_dataflow = launcher
+    state = str(tmp_path / "state")
+    summary = schedule.run_once(_secret_config(tmp_path), state, ORIGIN + 5 * HOUR, STAGE)
+    template = staged.pop()
+    run_on_dataflow(template)
+    return template, summary, state, run_on_dataflow
+
+
 def test_a_staged_scheduled_job_run_twice_fails_and_publishes_nothing(tmp_path, launcher):
     """A classic template is one staged graph that may be launched again: its second execution
     would rewrite the committed checkpoint and republish its steps with the same noise on other
     data. The guard fails it before any write."""
-    staged, run_on_dataflow = launcher
-    config = _secret_config(tmp_path)
-    state = str(tmp_path / "state")
-    summary = schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
-    template = staged.pop()
-    run_on_dataflow(template)
+    template, summary, state, run_on_dataflow = _staged_scheduled_run(tmp_path, launcher)
     [(_, folder)] = checkpoints.committed_checkpoints(state)
 
     def contents():  # Beam's empty temp folders of the failed job aside
@@ -491,12 +497,7 @@ def test_a_staged_scheduled_graph_re_executed_after_a_rollback_publishes_nothing
     staged graph executed again (on other data) had the same folder name and published over
     the window. The output's claim of the window names the execution: refused."""
     import shutil
-    staged, run_on_dataflow = launcher
-    config = _secret_config(tmp_path)
-    state = str(tmp_path / "state")
-    summary = schedule.run_once(config, state, ORIGIN + 5 * HOUR, STAGE)
-    template = staged.pop()
-    run_on_dataflow(template)
+    template, summary, state, run_on_dataflow = _staged_scheduled_run(tmp_path, launcher)
     published = sorted(p for p in glob.glob(os.path.join(summary["published"], "*"))
                        if os.path.isfile(p))
     before = [open(p, "rb").read() for p in published]
