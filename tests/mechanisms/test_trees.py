@@ -472,18 +472,16 @@ def test_smooth_batch_streaming_and_chunks_equal_the_reference(noise, prune, spa
 
 
 def test_smooth_slices_and_node_counts_through_the_fast_path():
-    from transforms.mechanisms.trees import TreeMechanism
     for prune in (False, True):
         mechanism = make_mechanism("smooth_binary", 3000, seed=2, prune=prune, epsilon=1.0)
         reference = reference_smooth_unit_noise(mechanism, 0, 3000)
         for start, count in ((0, 3000), (7, 1), (7, 2), (1234, 2), (999, 1500), (2999, 1)):
             assert np.array_equal(mechanism._unit_noise(start, count),
                                   reference[start:start + count])
-        generic = copy.copy(mechanism)
-        generic.balanced = generic._balanced_bitwise
-        ones = lambda level, first, n: np.ones(n)  # noqa: E731
-        assert np.array_equal(mechanism.node_counts(),
-                              TreeMechanism._combine(generic, 0, 3000, ones, False))
+        # the rule's nodes (`_step_nodes`; pruned ones not counted)
+        expected = [sum(not pruned for _, nodes in mechanism._step_nodes(t)
+                        for _, _, pruned in nodes) for t in range(1, 3001)]
+        assert mechanism.node_counts().tolist() == expected
         counts = mechanism.node_counts()  # h = 14: h/2 = 7 nodes, fewer when pruning
         assert (counts.max() <= 7 and counts.min() >= 1) if prune else set(counts) == {7}
 

@@ -26,9 +26,7 @@ running total of x to L z, which it derives from the keyed noise seam. Hence:
 from __future__ import annotations
 
 import abc
-import dataclasses
 import math
-import struct
 from typing import ClassVar, Optional, Tuple
 
 import numpy as np
@@ -38,6 +36,10 @@ from . import sensitivity as sensitivity_seam
 from . import discrete, tails
 from .noise import NoiseSource, StreamKey, prefix_length, stream_bytes
 from .privacy import GAUSSIAN, PrivacyBudget
+# the state classes and the exact-totals limit: re-exported (imported from here too)
+from .state import (  # noqa: F401
+    EXACT_INTEGER, EXACT_FLOAT, OVER_LIMIT, EXACT_LIMIT, EXACT_LIMIT_TEXT, CounterState,
+    HistoryState, counter_state, first_inexact, state_from_bytes)
 
 NOISE_KINDS = ("discrete", "float")
 # Relative margin by which a discrete sampler's parameter is rounded up, so that float rounding
@@ -53,111 +55,6 @@ _PARAMETER_MARGIN = 2.0 ** -40
 DRAW_BLOCK = 1024
 _DRAW_CACHE_BLOCKS = 4096
 _DRAW_CACHE_NODES = _DRAW_CACHE_BLOCKS * DRAW_BLOCK
-# Integers of at most this magnitude convert to float64 exactly (the scalar step's fast path).
-_EXACT_INTEGER = 1 << 53
-# Exact totals: float64 adds integers exactly while the result stays below 2^53 in magnitude
-# (rounding is monotone: a computed sum of integer floats below 2^53 IS the exact sum, one at
-# or beyond it may not be). With discrete noise every value, running total and released value
-# of a CounterState mechanism must stay below it (`first_inexact`).
-EXACT_LIMIT = 1 << 53
-EXACT_LIMIT_TEXT = "2^53"
-_LIMIT = float(EXACT_LIMIT)
-_OVER_LIMIT = (f"integers whose running totals stay below {EXACT_LIMIT_TEXT} in magnitude with "
-               f"discrete noise (float64 adds integers exactly only below it)")
-
-
-def first_inexact(running_total: float, values: np.ndarray,
-                  totals: Optional[np.ndarray] = None) -> Optional[int]:
-    """The first index i at which the integer float64 `values`, summed from `running_total`
-    into `totals` (the cumulative float64 sums, as `advance` computes them; computed so if not
-    given), may no longer be exact: `values[i]` or `totals[i]` has magnitude >= 2^53 (0 when
-    `running_total` has); None when every value and total is below it, hence exact (by
-    induction: an exact total plus an exact value, computed below 2^53, is exact).
-    Vectorised: no per-element Python work."""
-    if values.shape[0] == 0:
-        return None
-    if not -_LIMIT < running_total < _LIMIT:
-        return 0
-    if totals is None:
-        totals = np.cumsum(np.concatenate(([running_total], values)))[1:]
-    if max(float(np.max(np.abs(values))), float(np.max(np.abs(totals)))) < _LIMIT:
-        return None
-    over = (np.abs(values) >= _LIMIT) | (np.abs(totals) >= _LIMIT)
-    return int(np.argmax(over))
-
-
-@dataclasses.dataclass(frozen=True)
-class CounterState:
-    """Streaming state: number of steps released and the exact running total of the input
-    (a float64: with discrete noise an integer of magnitude < 2^53, `EXACT_LIMIT`, which is
-    where float64 holds and adds integers exactly; `advance` refuses others)."""
-    steps: int = 0
-    running_total: float = 0.0
-
-    _FORMAT: ClassVar[struct.Struct] = struct.Struct("<BQd")
-    _VERSION: ClassVar[int] = 1
-
-    def to_bytes(self) -> bytes:
-        return self._FORMAT.pack(self._VERSION, self.steps, self.running_total)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "CounterState":
-        if not isinstance(data, (bytes, bytearray)) or len(data) != cls._FORMAT.size:
-            check.fail("state bytes", f"{cls._FORMAT.size} bytes from CounterState.to_bytes",
-                       data)
-        version, steps, total = cls._FORMAT.unpack(bytes(data))
-        if version != cls._VERSION:
-            check.fail("state version", f"{cls._VERSION}", version)
-        return counter_state(steps, total) if cls is CounterState else cls(steps, total)
-
-
-_new_instance = object.__new__
-
-
-def counter_state(steps: int, running_total: float) -> CounterState:
-    """CounterState(steps, running_total) for the scalar step: the instance dict filled
-    directly, as the frozen dataclass's __init__ does through object.__setattr__ (half its
-    cost; equal, hashed and serialised alike)."""
-    state = _new_instance(CounterState)
-    fields = state.__dict__
-    fields["steps"] = steps
-    fields["running_total"] = running_total
-    return state
-
-
-@dataclasses.dataclass(frozen=True)
-class HistoryState:
-    """Streaming state of a mechanism whose release needs the input history (the discrete
-    square root): steps released, the integer inputs x and the rounded integer R x / g so far.
-    O(T) per key, as `pipelines.plan` says."""
-    steps: int = 0
-    inputs: Tuple[int, ...] = ()
-    rounded: Tuple[int, ...] = ()
-
-    _HEADER: ClassVar[struct.Struct] = struct.Struct("<BQ")
-    _VERSION: ClassVar[int] = 2
-
-    def to_bytes(self) -> bytes:
-        body = np.array(self.inputs + self.rounded, dtype="<i8").tobytes()
-        return self._HEADER.pack(self._VERSION, self.steps) + body
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "HistoryState":
-        data = bytes(data)
-        if len(data) < cls._HEADER.size or (len(data) - cls._HEADER.size) % 16:
-            check.fail("state bytes", "bytes from HistoryState.to_bytes", data[:16])
-        version, steps = cls._HEADER.unpack(data[:cls._HEADER.size])
-        values = np.frombuffer(data[cls._HEADER.size:], dtype="<i8").tolist()
-        if version != cls._VERSION or len(values) != 2 * steps:
-            check.fail("state version", f"{cls._VERSION} with 2 x steps values", version)
-        return cls(steps, tuple(values[:steps]), tuple(values[steps:]))
-
-
-def state_from_bytes(data: bytes):
-    """A mechanism state from its bytes (CounterState v1 or HistoryState v2)."""
-    if isinstance(data, (bytes, bytearray)) and data[:1] == bytes([HistoryState._VERSION]):
-        return HistoryState.from_bytes(data)
-    return CounterState.from_bytes(data)
 
 
 class ContinualMechanism(abc.ABC):
@@ -485,7 +382,7 @@ class ContinualMechanism(abc.ABC):
         totals = np.cumsum(np.concatenate(([state.running_total], xs)))[1:]
         if self.discrete and first_inexact(state.running_total, xs, totals) is not None:
             # fail closed, without the values in the message (they are private)
-            check.fail("values", _OVER_LIMIT, "a larger total")
+            check.fail("values", OVER_LIMIT, "a larger total")
         noise = self._unit_noise(state.steps, xs.shape[0])
         if not self.discrete:
             noise = self.node_scale * noise
@@ -519,7 +416,7 @@ class ContinualMechanism(abc.ABC):
             return None
         kind = type(value)
         if not ((kind is float or kind is np.float64
-                 or (kind is int and -_EXACT_INTEGER <= value <= _EXACT_INTEGER))
+                 or (kind is int and -EXACT_INTEGER <= value <= EXACT_INTEGER))
                 and type(steps) is int and type(running_total) is float):
             return None
         x = float(value)
@@ -532,8 +429,8 @@ class ContinualMechanism(abc.ABC):
         if steps + 1 > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
         total = running_total + x
-        if discrete and not (-_LIMIT < total < _LIMIT and -_LIMIT < x < _LIMIT
-                             and -_LIMIT < running_total < _LIMIT):
+        if discrete and not (-EXACT_FLOAT < total < EXACT_FLOAT and -EXACT_FLOAT < x < EXACT_FLOAT
+                             and -EXACT_FLOAT < running_total < EXACT_FLOAT):
             return None  # = first_inexact on one step, inlined
         noise = self._step_noise(steps)
         if not discrete:
