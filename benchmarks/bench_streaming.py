@@ -10,7 +10,7 @@
 CPU time of this process (time.process_time), the best of `--repeat` passes, each pass
 alternating with a floor measured the same way, so the ratios hold on a shared machine whose
 speed drifts (1.7x between two sessions on the same machine). In isolation, the DoFn methods
-of `transforms.stages` are called directly with fake state and timer objects, made from the
+of `transforms.streaming` are called directly with fake state and timer objects, made from the
 DoFn's own state specs, that encode on write and decode on read with the DoFn's own coders
 (as Beam's state does, so the coding cost is counted and the bytes are real); the fakes'
 bookkeeping (finding a key's cells, clearing a fired timer) is outside the timed calls. The
@@ -54,8 +54,8 @@ from apache_beam.utils.timestamp import Timestamp  # noqa: E402
 
 from transforms import ContinualCount, SecretRef, TimeSteps  # noqa: E402
 from transforms.mechanisms import NAMES  # noqa: E402
-from transforms.stages import (StepTotal, ReleaseStreamingFn,  # noqa: E402
-                               TruncateStreamingFn)
+from transforms.messages import StepTotal  # noqa: E402
+from transforms.streaming import ReleaseStreamingFn, TruncateStreamingFn  # noqa: E402
 
 ORIGIN = 1_700_000_000.0
 HOUR = 3600.0
@@ -340,7 +340,7 @@ def release(args, mechanism, horizon, keys, sample_steps=None, interleaved=False
     steps read, which a key pays once per block of 1024 nodes per tree level). With
     `interleaved`, all keys step together instead, as when the watermark passes a step end:
     a worker's keys then share the mechanism's bounded noise-block cache."""
-    from transforms.stages import Seed
+    from transforms.messages import Seed
     steps = TimeSteps(ORIGIN, HOUR, horizon)
     transform = count_transform(steps, list(range(keys)), mechanism)
     rng = np.random.default_rng(2)
@@ -404,7 +404,7 @@ def end_to_end(args):
     process (the runner runs in it), best of `args.repeat`."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.testing.test_stream import TestStream
-    from transforms.stages import StepTotal as Total
+    from transforms.messages import StepTotal as Total
     steps = TimeSteps(ORIGIN, HOUR, args.e2e_steps)
     keys = list(range(args.e2e_keys))
     rng = np.random.default_rng(4)

@@ -33,9 +33,9 @@ from pipelines import config as job_config
 from pipelines import io, logs
 from pipelines import run as job_run
 from transforms.release import NoNoise
-from transforms.stages import AssignSteps, sorted_payloads
+from transforms.stages import AssignSteps
 from transforms.streams import codec
-from transforms.streams.units import advance_unit, steps_to_run
+from transforms.streams.units import advance_unit, sorted_payloads, steps_to_run
 from transforms.validation import fail
 
 MAX_CANDIDATES = 64

@@ -23,7 +23,7 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines import config as job_config
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
-from transforms.stages import DEAD_LETTER, DEAD_LETTER_CHARS, dead_letter, dead_letter_record
+from transforms.messages import DEAD_LETTER, DEAD_LETTER_CHARS, dead_letter, dead_letter_record
 from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, is_id, is_text
 from transforms.validation import BadText, fail, message
 

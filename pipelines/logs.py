@@ -3,7 +3,7 @@
 By default a job's stderr holds only what the operator must act on: Beam's own INFO/WARNING
 chatter is raised to ERROR, and the import-time notice that the optional BigQuery client
 (apitools) is missing is dropped (nothing here uses BigQuery). `--verbose` brings all of Beam's
-logs back. The stateful transforms use a deterministic key coder (`transforms.stages.KeyCoder`),
+logs back. The stateful transforms use a deterministic key coder (`transforms.messages.KeyCoder`),
 so Beam's "key coder may not be deterministic" warning does not arise in the first place.
 """
 from __future__ import annotations

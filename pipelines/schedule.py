@@ -71,7 +71,7 @@ from pipelines.commit import (CommitCheckpoint, ScheduledRunClaim, after_writes,
 from transforms.mechanisms import noise
 from transforms import sinks
 from transforms.sinks import WriteRecordsToJsonLines, encode_records, records_file
-from transforms.stages import StepWindow
+from transforms.messages import StepWindow
 
 
 def committed_manifest(state_dir, checkpoints, secret) -> str:

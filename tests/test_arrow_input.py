@@ -24,8 +24,10 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms import ContinualCount, ContinualCountDistinct, ContinualSum, SecretRef
 from transforms.arrow_input import (ArrowEvents, AssignBatchStepsFn, EventBatch, beam_micros,
                                     event_batch, is_batched)
-from transforms.stages import (AssignStepsFn, KeySums, StepWindow, advance_unit,
-                               payloads_by_step, run_unit, sorted_payloads)
+from transforms.assign import AssignStepsFn
+from transforms.bounded import KeySums
+from transforms.messages import StepWindow
+from transforms.streams.units import advance_unit, payloads_by_step, run_unit, sorted_payloads
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.units import CountProblem, EntityProblem, steps_to_run
@@ -177,7 +179,7 @@ def test_batched_truncated_sums_equal_the_reference(name, seed):
         acc = {}
         for unit_id, events in packs.items():
             rng.shuffle(events)  # bundle order never matters
-            by_step = payloads_by_step(events, ordered=type(problem) is not CountProblem)
+            by_step = payloads_by_step(events, ordered=problem.ordered)
             run = run_unit(problem, unit_id, problem.init_state(), by_step, 0, STEPS.horizon)
             for key, step, value in run.contributions:
                 KeySums.add(acc.setdefault(key, KeySums.new()), step, value)

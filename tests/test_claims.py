@@ -21,7 +21,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.claims import ClaimOnce, create_if_absent, read_claim
-from transforms.stages import StepWindow
+from transforms.messages import StepWindow
 
 ORIGIN = 1_700_000_000.0
 STEPS = TimeSteps(ORIGIN, 60.0, 8)

@@ -353,7 +353,7 @@ def _resume_with_state_of(owner, resumer):
     """Runs `resumer` from step 1 with a key state that `owner`'s release wrote."""
     import apache_beam as beam
     from transforms.release import RecordMaker
-    from transforms.stages import StepWindow
+    from transforms.messages import StepWindow
     maker = RecordMaker(owner.config)
     _, state = maker.for_key("a").advance(maker.mechanism.init_state(), np.zeros(1))
     saved = ("a", (maker.seal("a", state), None))

@@ -23,7 +23,8 @@ from transforms.mechanisms import make
 from transforms.mechanisms.base import EXACT_LIMIT, CounterState
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, ConstantNoiseSource
 from transforms.release import NoNoise, RecordMaker
-from transforms.stages import ReleasePerKey, StepWindow
+from transforms.bounded import ReleaseKeys
+from transforms.messages import StepWindow
 from transforms.streams import ContributionBounds
 from transforms.streams.records import Declaration
 from transforms.streams.units import CountProblem, DeclaredProblem
@@ -124,7 +125,7 @@ def test_a_released_value_reaching_2_53_halts_the_key(mode):
 
 
 def _release_window(config, window, totals, saved, records, reasons, states):
-    """ReleasePerKey (bounded) over `window` for key "k" on the local runner: its records
+    """ReleaseKeys (bounded) over `window` for key "k" on the local runner: its records
     ((step, value)), the reasons of its dead letters and its key states are as expected."""
 
     def equal(expected):
@@ -135,7 +136,7 @@ def _release_window(config, window, totals, saved, records, reasons, states):
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         resumed = pipeline | "Saved" >> beam.Create(list(saved)) if saved else None
         out = (pipeline | beam.Create([("k", totals)])
-               | ReleasePerKey(config, ["k"], window, resumed))
+               | ReleaseKeys(config, ["k"], window, resumed))
         assert_that(out.main | beam.Map(lambda r: (r["step"], r["value"])), equal(records),
                     label="Records")
         assert_that(out.dead_letters | beam.Map(lambda d: d["reason"]), equal(reasons),

@@ -245,16 +245,17 @@ def test_truncation_caps_the_total_and_the_step_across_keys(max_value):
     rng = np.random.default_rng(7)
     bounds = ContributionBounds(5, 2, 3, max_value=max_value)
     for _ in range(300):
-        from transforms.streams.count import UnitState
-        state, total = UnitState(), 0.0
-        for _ in range(6):
+        from transforms.streams.count import truncate_step
+        keys, used, total = [], 0.0, 0.0
+        for step in range(6):
             events = [(f"k{rng.integers(5)}", 1.0 if max_value is None
                        else float(rng.uniform(-1, 4))) for _ in range(rng.integers(0, 6))]
-            out, state, _ = bounds.step(state, events)
-            assert all(v >= 0 for v in out.values())
-            assert sum(out.values()) <= 2 + 1e-12
-            total += sum(out.values())
-            assert len(state.keys) <= 3
+            out = []
+            used = truncate_step(bounds.limits, keys, used, step, events, out, None)
+            assert all(v >= 0 for _, _, v in out)
+            assert sum(v for _, _, v in out) <= 2 + 1e-12
+            total += sum(v for _, _, v in out)
+            assert len(keys) <= 3
         assert total <= 5 + 1e-12
 
 

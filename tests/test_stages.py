@@ -1,7 +1,7 @@
 """The bounded stages' fast paths equal the Beam-free reference, bit for bit.
 
 `transforms.streams.units.advance_unit` over each unit's `sorted_payloads` is the semantics;
-the bounded truncation (`run_unit`: one-pass `truncate_counts` for counts and sums, payloads
+the bounded truncation (`run_unit`: `Problem.run`, one pass for counts, sums and entities, payloads
 ordered only where order matters), the per-bundle exact sums (`KeySums`: integers as ints,
 fractions as Shewchuk partials) and the key coder's fast paths must give the same bits.
 """
@@ -19,9 +19,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
-from transforms.stages import (AssignSteps, KeyCoder, KeySums, StepWindow, SumPerKeyAndStep,
-                               TruncatePerUnit, payloads_by_step, run_unit, sorted_payloads,
-                               tagged)
+from transforms.bounded import KeySums, SumPerKey, TruncateUnits
+from transforms.messages import KeyCoder, StepWindow, tagged
+from transforms.stages import AssignSteps
+from transforms.streams.units import payloads_by_step, run_unit, sorted_payloads
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.records import Declaration
@@ -173,7 +174,7 @@ STEPS = TimeSteps(ORIGIN, 60.0, HORIZON)
 
 
 def test_bounded_stages_give_the_reference_totals_per_key_and_step():
-    """AssignSteps | TruncatePerUnit | SumPerKeyAndStep on Beam == the Beam-free reference:
+    """AssignSteps | TruncateUnits | SumPerKey on Beam == the Beam-free reference:
     every unit's advance_unit, then math.fsum per (key, step), halts per key."""
     rng = random.Random(5)
     problem = CountProblem(ContributionBounds(5, 3, 2, max_value=2.5), with_value=True)
@@ -199,9 +200,9 @@ def test_bounded_stages_give_the_reference_totals_per_key_and_step():
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         events = (pipeline | beam.Create(elements)
                   | beam.MapTuple(lambda e, ts: TimestampedValue(e, ts)))
-        stepped = events | AssignSteps(problem, STEPS, StepWindow.whole(STEPS))
-        truncated = stepped.main | TruncatePerUnit(problem, STEPS)
-        totals = truncated.main | SumPerKeyAndStep()
+        stepped = events | AssignSteps(problem, STEPS, StepWindow.whole(STEPS), packed=True)
+        truncated = stepped.main | TruncateUnits(problem, StepWindow.whole(STEPS))
+        totals = truncated.main | SumPerKey()
         assert_that(totals | beam.MapTuple(lambda key, t: (
             key, sorted((step, v.hex()) for step, v in t[0].items())) if not t[1] else None),
             equal_to(expected))

@@ -21,8 +21,9 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.mechanisms import ConstantNoiseSource, make
-from transforms.stages import (DEAD_LETTER, Delta, ReleaseStreamingFn, Seed, StepTotal,
-                               TruncateStreamingFn, ReleaseStateCoder, sorted_payloads)
+from transforms.messages import DEAD_LETTER, Delta, Seed, StepTotal
+from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn, TruncateStreamingFn
+from transforms.streams.units import sorted_payloads
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem,
                                       TriangleProblem, advance_unit, steps_to_run)
@@ -210,7 +211,7 @@ def test_fast_state_coder_is_fast_primitives_bit_for_bit():
     same types (an int stays an int, -0.0 keeps its sign), and pickles (Beam ships it)."""
     import pickle
     from apache_beam.coders import FastPrimitivesCoder
-    from transforms.stages import FastStateCoder
+    from transforms.messages import FastStateCoder
     coder, reference = FastStateCoder(), FastPrimitivesCoder()
     for value in [(0, None, None), (3, 5, (5, 1_700_000_000_123_456, ("a", 1.0))),
                   (2 ** 40, -1, (True, 1, 1.0, -0.0, b"x", "\u00e9", ("g", (1, 2)))),
@@ -441,9 +442,8 @@ def test_tree_step_equals_advance_at_a_long_horizon():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_count_step_equals_advance_unit_one_step_at_a_time(seed):
-    """`truncate_count_step` (the streaming flush's count machine, unrolled for one event)
-    over random steps of 0-3 payloads equals `advance_unit`, state and dropped counts too."""
-    from transforms.stages import count_bounds, truncate_count_step
+    """`CountProblem.flat_step` (the streaming flush's machine on the plain-tuple state) over
+    random steps of 0-3 payloads equals `advance_unit`, state and dropped counts too."""
     rng = random.Random(seed)
     for bounds, with_value in [(ContributionBounds(3, 2, 2), False),
                                (ContributionBounds(4, None, 1), False),
@@ -461,10 +461,10 @@ def test_count_step_equals_advance_unit_one_step_at_a_time(seed):
                 by_step[step] = payloads
         reference = advance_unit(problem, "u", problem.init_state(), by_step,
                                  steps_to_run(problem, by_step, 0, HORIZON))
-        keys, used, out, dropped = [], 0.0, [], {}
+        flat, out, dropped = problem.flat_state(), [], {}
         for step in sorted(by_step):
-            used = truncate_count_step(count_bounds(bounds), keys, used, step,
-                                        by_step[step], out, dropped)
+            flat = problem.flat_step(flat, step, by_step[step], out, dropped)
+        used, keys = flat
         assert out == reference.contributions
         assert [struct.pack("<d", v) for _, _, v in out] == \
                [struct.pack("<d", v) for _, _, v in reference.contributions]
@@ -553,7 +553,7 @@ def test_ready_through_is_the_last_step_whose_end_the_firing_passed(origin, size
 
 
 def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():
-    from transforms.stages import delta_of
+    from transforms.messages import delta_of
     for value in (1.0, 1.0, 0.5, -1.0, 2.5, 1, True, 0.0, -0.0, 0.0, -0.0):
         delta = delta_of(value)
         assert delta == Delta(value) and type(delta.value) is type(value)

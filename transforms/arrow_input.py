@@ -27,8 +27,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from transforms.stages import KEYED, AssignStepsFn, dead_letter
-from transforms.streams.units import CountProblem
+from transforms.assign import AssignStepsFn
+from transforms.messages import KEYED, dead_letter
 from transforms.validation import fail
 
 UNITS_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
@@ -282,12 +282,15 @@ def python_values(column: pa.Array) -> list:
     return column.to_pylist()
 
 
-def _count_columns(problem, batch: EventBatch):
-    """CountProblem's element fields (unit, key[, value]) as columns, or None when the batch's
-    shape is not that flat tuple (every row then takes the per-row path)."""
-    shape = batch.shape
-    size = 3 if problem.with_value else 2
-    if len(shape) != size or any(isinstance(part, tuple) for part in shape):
+_MASKS = {"id": id_mask, "number": number_mask}
+
+
+def _flat_columns(problem, batch: EventBatch):
+    """The batch's columns when the problem parses its flat elements vectorised
+    (`Problem.flat_fields`) and the batch has that shape, else None (every row then takes the
+    per-row path)."""
+    kinds, shape = problem.flat_fields, batch.shape
+    if kinds is None or len(shape) != len(kinds) or any(isinstance(p, tuple) for p in shape):
         return None
     return [batch.columns[role] for role in shape]
 
@@ -326,13 +329,10 @@ class AssignBatchStepsFn(AssignStepsFn):
         self._released += int(np.count_nonzero(inside & (step < window.first)))
         current = inside & (step >= window.first) & (step < window.stop)
         problem = self.problem
-        columns = _count_columns(problem, batch) if type(problem) is CountProblem \
-            else None
+        columns = _flat_columns(problem, batch)
         ok = None
         if columns is not None:
-            masks = [id_mask(columns[0]), id_mask(columns[1])]
-            if problem.with_value:
-                masks.append(number_mask(columns[2]))
+            masks = [_MASKS[kind](column) for kind, column in zip(problem.flat_fields, columns)]
             if all(m is not None for m in masks):
                 ok = np.logical_and.reduce(masks)
         if ok is None:
@@ -340,38 +340,29 @@ class AssignBatchStepsFn(AssignStepsFn):
         else:
             fast, slow = current & ok, ~inside | (current & ~ok)
         if fast is not None and fast.any():
-            yield from self._fast_counts(problem, columns, np.flatnonzero(fast), step,
-                                         micros)
+            yield from self._fast_rows(problem, columns, np.flatnonzero(fast), step, micros)
         if slow.any():
             rows = np.flatnonzero(slow)
             for element, m in zip(batch.elements(rows), micros[rows].tolist()):
                 yield from self._emit(self._assign(element, m))
 
-    def _fast_counts(self, problem, columns, rows, step, micros):
+    def _fast_rows(self, problem, columns, rows, step, micros):
+        """Rows whose fields passed their checks: `Problem.parse_columns`, then events."""
         index = pa.array(rows, type=pa.int64())
-        units = python_values(columns[0].take(index))
-        keys = python_values(columns[1].take(index))
+        units, payloads = problem.parse_columns([python_values(column.take(index))
+                                                 for column in columns])
         steps = step[rows].astype(np.int64).tolist()
         times = micros[rows].tolist()
-        if problem.with_value:  # = CountProblem.parse, vectorised (same float operations)
-            values = np.asarray(columns[2].take(index).to_numpy(zero_copy_only=False),
-                                dtype=np.float64)
-            if problem.value_grid is not None:
-                values = np.floor(np.minimum(np.maximum(values, 0.0), problem.max_value)
-                                  / problem.value_grid + 0.5)
-            values = values.tolist()
-        else:
-            values = [1.0] * len(rows)
         self._assigned += len(rows)
         if not self.packed:
-            for unit, s, m, key, value in zip(units, steps, times, keys, values):
-                yield unit, (s, m, (key, value))
+            for unit, s, m, payload in zip(units, steps, times, payloads):
+                yield unit, (s, m, payload)
             return
         packs = self._packs
-        for unit, s, m, key, value in zip(units, steps, times, keys, values):
+        for unit, s, m, payload in zip(units, steps, times, payloads):
             found = packs.get(unit)
             if found is None:
-                packs[unit] = [(s, m, (key, value))]
+                packs[unit] = [(s, m, payload)]
             else:
-                found.append((s, m, (key, value)))
+                found.append((s, m, payload))
         self._buffered += len(rows)

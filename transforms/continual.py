@@ -1,5 +1,6 @@
 """The six continual-release transforms: each validates its arguments, resolves the mechanism
-and the release identity, and composes the stages of `transforms.stages`:
+and the release identity, and runs one of the two pipelines (`transforms.bounded` for bounded
+input, `transforms.streaming` for unbounded input):
 
     counts = events | ContinualCount(steps=TimeSteps(origin, 3600, 24 * 30), public_keys=regions,
                                      rho=0.5, max_contributions=10, secret=SecretRef(env="DP"))
@@ -36,8 +37,9 @@ from transforms.mechanisms.privacy import PrivacyBudget
 from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
                                 descriptor_digest, key_text, public_key_digest)
 from transforms.secret import SecretRef
-from transforms.stages import (AssignSteps, KeepPublicKeys, ReleasePerKey, StepWindow,
-                               SumPerKeyAndStep, TruncatePerUnit)
+from transforms.bounded import release_bounded
+from transforms.messages import StepWindow
+from transforms.streaming import release_streaming
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.records import Declaration, is_id
@@ -457,26 +459,14 @@ class _ContinualBase(beam.PTransform):
         window = self._window or StepWindow.whole(self.steps)
         self._check_continuation(window, events.pipeline)
         # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
-        packed = events.is_bounded  # bounded: steps assigned and events packed per unit and
-        stepped = events | "AssignSteps" >> AssignSteps(  # bundle in one DoFn
-            self.problem, self.steps, window, self.diagnostics, packed=packed)
-        # (unit, Event(step, micros, payload)) for the window's steps; bounded: (unit, [Event])
-        truncated = stepped.main | "TruncatePerUnit" >> TruncatePerUnit(
-            self.problem, self.steps, window, self._resume_units, self.diagnostics,
-            packed=packed)
-        # bounded: (key, KeySums) per key and bundle + unit states (unit, state);
-        # unbounded: ((key, step), Delta(value | halt))
-        totals = truncated.main | "SumPerKeyAndStep" >> SumPerKeyAndStep()
-        # bounded: (key, ({step: exact total}, halt steps)), one per key;
-        # unbounded: (key, StepTotal(step, exact total | halt))
-        public = totals | "KeepPublicKeys" >> KeepPublicKeys(self.public_keys, self.diagnostics)
-        # the same, of public keys only
-        released = public | "ReleasePerKey" >> ReleasePerKey(
-            self.config, self.public_keys, window, self._resume_keys)
-        # records: one per public key and step; key states (key, (tagged bytes, halt step))
-        dead = [d for d in (stepped.dead_letters, truncated.dead_letters,
-                            released.dead_letters) if d is not None]
-        records, unit_states, key_states = released.main, truncated.states, released.states
+        compose = release_bounded if events.is_bounded else release_streaming
+        released = compose(events, self.problem, self.config, self.public_keys, window,
+                           self._resume_units, self._resume_keys, self.diagnostics)
+        # records: one per public key and step; bounded: the new unit states (unit, state)
+        # and key states (key, (sealed bytes, halt step))
+        dead = [d for d in released.dead_letters if d is not None]
+        records, unit_states, key_states = (released.records, released.unit_states,
+                                            released.key_states)
         passed = None
         if isinstance(self._claims, Claimed):  # claimed by the caller, for all its writes
             passed = self._claims.passed

@@ -46,7 +46,8 @@ from pipelines import run as job_run
 from transforms import registry
 from transforms.arrow_input import ArrowEvents, AssignBatchStepsFn, event_batch
 from transforms.sinks import WriteRecordsToJsonLines
-from transforms.stages import AssignStepsFn, KeyCoder, StepWindow
+from transforms.assign import AssignStepsFn
+from transforms.messages import KeyCoder, StepWindow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = sorted(n for n in os.listdir(os.path.join(ROOT, "configs")) if n.endswith(".yaml"))

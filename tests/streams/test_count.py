@@ -97,3 +97,24 @@ def test_bad_sum_values_become_dead_letters():
 def test_bounds_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ContributionBounds(**kwargs)
+
+
+@pytest.mark.parametrize("max_value", [None, 2.5])
+def test_one_event_fast_path_equals_the_general_loop(max_value):
+    """`truncate_one` (the unrolled single event) == the rule `truncate_events`: the same
+    keys, contributions, dropped reasons and mass, over random states and events."""
+    from transforms.streams.count import truncate_events, truncate_one
+    rng = np.random.default_rng(22)
+    for _ in range(3000):
+        k, per_step, m = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        limits = ContributionBounds(k, per_step, m, max_value=max_value).limits
+        keys = [f"k{i}" for i in rng.permutation(3)[:int(rng.integers(0, m + 1))]]
+        used = float(rng.integers(0, k + 1)) if max_value is None else float(rng.uniform(0, k))
+        value = 1.0 if max_value is None else float(rng.uniform(-1, 4))
+        event = (f"k{rng.integers(3)}", value)
+        fast_keys, fast_out, fast_dropped = list(keys), [], {}
+        fast = truncate_one(limits, fast_keys, used, 5, event, fast_out, fast_dropped)
+        slow_keys, slow_out, slow_dropped = list(keys), [], {}
+        slow = truncate_events(limits, slow_keys, used, 5, [event], slow_out, slow_dropped)
+        assert (fast, fast_keys, fast_out, fast_dropped) == (slow, slow_keys, slow_out,
+                                                            slow_dropped)

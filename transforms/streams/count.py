@@ -16,7 +16,7 @@ is what the joint calibration over keys uses (`Declaration.joint_mass` = k, see 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, Optional, Sequence, Tuple
 
 from transforms import validation as check
 
@@ -55,31 +55,115 @@ class ContributionBounds:
         cap = self.max_contributions_per_step
         return float(self.max_contributions if cap is None else min(cap, self.max_contributions))
 
-    def step(self, state: UnitState, events: Sequence[Tuple[Hashable, float]]
-             ) -> Tuple[Dict[Hashable, float], UnitState, List[Tuple[Hashable, float, str]]]:
-        """One unit's events of one step -> (contribution per key, new state, dropped events
-        as (key, value, the bound that cut it: KEY_CAP, HORIZON_CAP or STEP_CAP))."""
-        keys = list(state.keys)
-        for key in sorted({key for key, _ in events}, key=canonical):
-            if key not in keys and len(keys) < self.max_keys_per_unit:
+    @property
+    def limits(self) -> Tuple[float, int, Optional[float], int]:
+        """(per_step, max_contributions, max_value, max_keys_per_unit): `truncate_step`'s."""
+        return self.per_step, self.max_contributions, self.max_value, self.max_keys_per_unit
+
+
+def _event_order(event):
+    return canonical(event[0]), event[1]
+
+
+def _key_order(kv):
+    return canonical(kv[0])
+
+
+def truncate_step(limits: tuple, keys: list, used: float, step: int, events: Sequence,
+                  out: list, dropped: Optional[dict]) -> float:
+    """The count and sum truncation rule: one unit's events (key, value) of one step.
+
+    Admits keys first come (ties in canonical key order) up to `max_keys_per_unit`, then takes
+    the events in canonical (key, value) order while the per-step and horizon caps have room
+    (a sum's value is clamped to [0, max_value] and cut to the room left; a count event that
+    does not fit is dropped whole). Appends the step's contributions (key, step, value), one
+    per key in canonical key order, to `out`; admits keys into `keys` in place; counts dropped
+    events by the bound that cut them into `dropped` (if not None); returns the new `used`.
+
+    Args:
+      limits: `ContributionBounds.limits`.
+      keys: the unit's admitted keys (updated in place).
+      used: the unit's contribution mass so far.
+      step, events: the step and its events, in any order (the rule orders them).
+
+    Returns:
+      The unit's contribution mass after the step.
+
+    >>> out = []
+    >>> truncate_step((2.0, 3, None, 1), [], 0.0, 0, [("a", 1.0)] * 3 + [("b", 1.0)], out, None)
+    2.0
+    >>> out
+    [('a', 0, 2.0)]
+    """
+    if len(events) == 1:  # one event (most steps of most units)
+        return truncate_one(limits, keys, used, step, events[0], out, dropped)
+    return truncate_events(limits, keys, used, step, events, out, dropped)
+
+
+def truncate_events(limits: tuple, keys: list, used: float, step: int, events: Sequence,
+                     out: list, dropped: Optional[dict]) -> float:
+    """`truncate_step` written out: the reference rule for any number of events."""
+    per_step, total, most, max_keys = limits
+    if len(keys) < max_keys:
+        seen = {key for key, _ in events}
+        for key in (seen if len(seen) == 1 else sorted(seen, key=canonical)):
+            if key not in keys and len(keys) < max_keys:
                 keys.append(key)
-        out: Dict[Hashable, float] = {}
-        dropped = []
-        step_used, used = 0.0, state.used
-        for key, value in sorted(events, key=lambda e: (canonical(e[0]), e[1])):
-            if key not in keys:
-                dropped.append((key, value, KEY_CAP))
-                continue
-            amount = value if self.max_value is None else min(max(value, 0.0), self.max_value)
-            step_room, horizon_room = self.per_step - step_used, self.max_contributions - used
-            room = min(step_room, horizon_room)
-            take = min(amount, room) if self.max_value is not None else (
-                amount if amount <= room else 0.0)
-            if take <= 0:
-                dropped.append((key, value, HORIZON_CAP if horizon_room <= step_room
-                                else STEP_CAP))
-                continue
-            out[key] = out.get(key, 0.0) + take
-            step_used += take
-            used += take
-        return out, UnitState(used, tuple(keys)), dropped
+    if total - used <= 0:  # no room left: every event of the step is dropped
+        if dropped is not None:
+            for key, _ in events:
+                reason = HORIZON_CAP if key in keys else KEY_CAP
+                dropped[reason] = dropped.get(reason, 0) + 1
+        return used
+    taken: Dict[Any, float] = {}
+    step_used = 0.0
+    for key, value in sorted(events, key=_event_order):
+        if key not in keys:
+            if dropped is not None:
+                dropped[KEY_CAP] = dropped.get(KEY_CAP, 0) + 1
+            continue
+        amount = value if most is None else min(max(value, 0.0), most)
+        step_room, horizon_room = per_step - step_used, total - used
+        room = min(step_room, horizon_room)
+        take = min(amount, room) if most is not None else (amount if amount <= room else 0.0)
+        if take <= 0:
+            if dropped is not None:
+                reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
+                dropped[reason] = dropped.get(reason, 0) + 1
+            continue
+        taken[key] = taken.get(key, 0.0) + take
+        step_used += take
+        used += take
+    if len(taken) == 1:
+        for key, value in taken.items():
+            out.append((key, step, value))
+    elif taken:
+        out.extend((key, step, value) for key, value in sorted(taken.items(), key=_key_order))
+    return used
+
+
+def truncate_one(limits: tuple, keys: list, used: float, step: int, event, out: list,
+                  dropped: Optional[dict]) -> float:
+    """`truncate_events` of a single event, unrolled: it is most of truncation's per-event
+    cost in streaming (tests/streams/test_count.py checks it equals the rule)."""
+    per_step, total, most, max_keys = limits
+    key, value = event
+    if len(keys) < max_keys and key not in keys:
+        keys.append(key)
+    if total - used <= 0:
+        reason = HORIZON_CAP if key in keys else KEY_CAP
+    elif key not in keys:
+        reason = KEY_CAP
+    else:
+        amount = value if most is None else min(max(value, 0.0), most)
+        step_room, horizon_room = per_step - 0.0, total - used
+        room = min(step_room, horizon_room)
+        take = min(amount, room) if most is not None else (amount if amount <= room else 0.0)
+        if take <= 0:
+            reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
+        else:
+            out.append((key, step, 0.0 + take))
+            return used + take
+    if dropped is not None:
+        dropped[reason] = dropped.get(reason, 0) + 1
+    return used

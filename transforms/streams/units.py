@@ -5,9 +5,10 @@ Every problem (count / sum, count-distinct, degree, triangles, declared values) 
   `records.is_id`), and
 - `advance(unit, state, step, payloads) -> StepResult(state, contributions, violation, dropped)`,
   where contributions are (public key, value) changes of the keys' difference streams at `step`.
-`advance_unit` is the one loop over steps that every driver runs: the batch drivers in
-`difference.py`, both Beam paths (bounded and streaming) and the scheduler. Payloads of a step
-reach `advance` in a fixed order (the Beam layer sorts them by event time, then canonically), so
+`advance_unit` is the reference loop over steps (the batch drivers in `difference.py` run it);
+`Problem.run` is what both Beam pipelines and the scheduler run: `advance_unit`, unless a
+problem loops faster over the same rule (counts, entities; tests/test_stages.py checks they
+are equal bit for bit). Payloads of a step reach `advance` in a fixed order (the Beam layer sorts them by event time, then canonically), so
 the outcome never depends on bundle order. Imports no Beam.
 """
 from __future__ import annotations
@@ -15,12 +16,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from operator import itemgetter
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from transforms import validation as check
 from transforms.mechanisms.base import EXACT_LIMIT, EXACT_LIMIT_TEXT
 
-from .count import KEY_CAP, ContributionBounds, UnitState
+from .count import KEY_CAP, ContributionBounds, UnitState, truncate_step
 from .entity import EntityCardinality
 from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
 from .records import (ID_INT_LIMIT, OPS, Declaration, canonical, canonical_edge, is_id,
@@ -62,9 +66,20 @@ class UnitRun:
 
 
 class Problem:
-    """What a transform's units are and how one unit's contributions evolve."""
+    """What a transform's units are and how one unit's contributions evolve.
+
+    `advance` is the problem's one step rule. The drivers run a unit through `run` (all of
+    them: the batch drivers in `difference.py`, both Beam pipelines and the scheduler); a
+    problem may override `run` with a one-pass loop over the same rule, and offer the fast
+    paths below, which the stages call without knowing the problem's class."""
     declaration: Declaration
     every_step = False  # the machine must see every step, in order (triangles)
+    # payloads of a step must reach `advance` in `sorted_payloads` order (False: the rule
+    # orders a step's payloads itself, and any order gives the same result)
+    ordered = True
+    # the element's fields when it is a flat tuple that `parse_columns` parses vectorised
+    # ("id": an id; "number": a finite number), or None (every element takes `parse`)
+    flat_fields: Optional[Tuple[str, ...]] = None
 
     def parse(self, element) -> Tuple[Optional[Parsed], Optional[str]]:
         raise NotImplementedError
@@ -73,6 +88,26 @@ class Problem:
         raise NotImplementedError
 
     def advance(self, unit, state, step: int, payloads: Sequence[Any]) -> StepResult:
+        raise NotImplementedError
+
+    def run(self, unit, state, by_step: Dict[int, Sequence[Any]], steps: Iterable[int]
+            ) -> UnitRun:
+        """One unit's machine over `steps`: `advance_unit` (a subclass may loop faster over
+        the same rule)."""
+        return advance_unit(self, unit, state, by_step, steps)
+
+    def parse_columns(self, columns: Sequence[list]) -> Tuple[list, list]:
+        """`parse` of rows whose `flat_fields` passed their checks, as columns of Python
+        values -> (units, payloads): the same payloads `parse` gives, vectorised."""
+        raise NotImplementedError
+
+    # A plain-tuple state for the streaming truncation's single-event path (None: the
+    # problem has none, the stage runs `run`); `flat_step` advances it by one step.
+    def flat_state(self) -> Optional[tuple]:
+        return None
+
+    def flat_step(self, flat: tuple, step: int, payloads: Sequence[Any], out: list,
+                  dropped: Optional[dict]) -> tuple:
         raise NotImplementedError
 
 
@@ -100,6 +135,56 @@ def advance_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence[Any]
             return run
         run.contributions.extend((key, step, value) for key, value in result.contributions)
     return run
+
+
+def run_unit(problem: Problem, unit, state, by_step: Dict[int, Sequence], first: int,
+             stop: int) -> UnitRun:
+    """One unit's machine over the steps in [first, stop) it must see (`steps_to_run`)."""
+    return problem.run(unit, state, by_step, steps_to_run(problem, by_step, first, stop))
+
+
+def sorted_payloads(events: Iterable[Sequence]) -> Dict[int, List[Any]]:
+    """Payloads per step in (event time, canonical payload) order: bundle order never matters.
+    `events` are (step, micros, payload) tuples. The reference order of every path."""
+    by_step: Dict[int, List[Tuple[int, Any]]] = {}
+    for step, micros, payload in events:
+        by_step.setdefault(step, []).append((micros, payload))
+    return {step: [p for _, p in sorted(items, key=lambda tp: (tp[0], canonical(tp[1])))]
+            for step, items in by_step.items()}
+
+
+def _in_order(items: List[Tuple[int, Any]]) -> List[Any]:
+    """`sorted_payloads`' order of one step's (micros, payload) pairs, computing canonical
+    forms only when two events share an event time (equal canonical forms are equal ids)."""
+    if len(items) == 1:
+        return [items[0][1]]
+    items.sort(key=itemgetter(0))
+    for i in range(1, len(items)):
+        if items[i][0] == items[i - 1][0]:
+            return [p for _, p in sorted(items, key=lambda tp: (tp[0], canonical(tp[1])))]
+    return [p for _, p in items]
+
+
+def payloads_by_step(events: Iterable[Sequence], ordered: bool) -> Dict[int, List[Any]]:
+    """Payloads per step; in `sorted_payloads`' order if `ordered` (else in any order).
+    `sorted_payloads` is the reference; this skips canonical forms where no two events of a
+    step share an event time (tests/streams/test_units.py checks it equals the reference)."""
+    grouped: Dict[int, list] = {}
+    if not ordered:
+        for step, _, payload in events:
+            found = grouped.get(step)
+            if found is None:
+                grouped[step] = [payload]
+            else:
+                found.append(payload)
+        return grouped
+    for step, micros, payload in events:
+        found = grouped.get(step)
+        if found is None:
+            grouped[step] = [(micros, payload)]
+        else:
+            found.append((micros, payload))
+    return {step: _in_order(items) for step, items in grouped.items()}
 
 
 def _finite_number(value) -> bool:
@@ -186,14 +271,57 @@ class CountProblem(Problem):
                 value = math.floor(clamped / self.value_grid + 0.5)
         return Parsed(unit, (key, float(value))), None
 
+    ordered = False  # `truncate_step` orders a step's events itself
+
+    @property
+    def flat_fields(self):
+        return ("id", "id", "number") if self.with_value else ("id", "id")
+
+    def parse_columns(self, columns):
+        """Vectorised `parse` (the same float operations): units, keys and values -> units,
+        (key, value) payloads."""
+        units, keys = columns[0], columns[1]
+        if not self.with_value:
+            return units, [(key, 1.0) for key in keys]
+        values = np.asarray(columns[2], dtype=np.float64)
+        if self.value_grid is not None:
+            values = np.floor(np.minimum(np.maximum(values, 0.0), self.max_value)
+                              / self.value_grid + 0.5)
+        return units, list(zip(keys, values.tolist()))
+
     def init_state(self):
         return UnitState()
 
     def advance(self, unit, state, step, payloads):
-        out, state, lost = self.bounds.step(state, payloads)
-        reasons = collections.Counter(reason for _, _, reason in lost)
-        return StepResult(state, tuple(sorted(out.items(), key=lambda kv: canonical(kv[0]))),
-                          None, tuple(sorted(reasons.items())))
+        keys, out, dropped = list(state.keys), [], {}
+        used = truncate_step(self.bounds.limits, keys, state.used, step, payloads, out, dropped)
+        return StepResult(UnitState(used, tuple(keys)),
+                          tuple((key, value) for key, _, value in out), None,
+                          tuple(sorted(dropped.items())))
+
+    def run(self, unit, state, by_step, steps):
+        """`advance_unit` in one pass (no per-step objects; the same rule, so the same
+        floats)."""
+        limits, keys, used = self.bounds.limits, list(state.keys), state.used
+        out: List[Tuple[Any, int, float]] = []
+        dropped: Dict[str, int] = {}
+        for step in steps:
+            used = truncate_step(limits, keys, used, step, by_step.get(step, ()), out, dropped)
+        run = UnitRun(UnitState(used, tuple(keys)), out)
+        run.dropped.update(dropped)
+        return run
+
+    def flat_state(self):
+        return 0.0, ()  # = UnitState() as the tuple (used, keys)
+
+    def flat_step(self, flat, step, payloads, out, dropped):
+        """`advance` on the state as the tuple (used, keys): the same tuple if nothing was
+        admitted or taken."""
+        keys = list(flat[1])
+        used = truncate_step(self.bounds.limits, keys, flat[0], step, payloads, out, dropped)
+        if used == flat[0] and len(keys) == len(flat[1]):
+            return flat
+        return used, tuple(keys)
 
 
 @dataclasses.dataclass
@@ -232,26 +360,64 @@ class EntityProblem(Problem):
 
     def advance(self, unit, state, step, payloads):
         admitted, machines = list(state[0]), dict(state[1])
-        for key in sorted({key for _, key in payloads} - set(admitted), key=canonical):
-            if len(admitted) < self.max_keys_per_unit:
-                admitted.append(key)
-        ops_by_key: Dict[Hashable, List[str]] = {}
-        capped = bounded = 0
-        for op, key in payloads:
-            if key in admitted:
-                ops_by_key.setdefault(key, []).append(op)
-            else:
-                capped += 1
-        out = []
-        for key in sorted(ops_by_key, key=canonical):
-            change, machines[key], lost = self.machine.step(
-                machines.get(key, self.machine.init_state()), ops_by_key[key])
-            bounded += lost
-            if change:
-                out.extend((target, float(change)) for target in self.targets(unit, key))
+        out: List[Tuple[Any, int, float]] = []
+        capped, bounded = self._step(unit, admitted, machines, step, payloads, out)
         dropped = tuple((reason, n) for reason, n in ((KEY_CAP, capped),
                                                       ("contribution bound", bounded)) if n)
-        return StepResult((tuple(admitted), machines), tuple(out), None, dropped)
+        return StepResult((tuple(admitted), machines),
+                          tuple((key, value) for key, _, value in out), None, dropped)
+
+    def run(self, unit, state, by_step, steps):
+        """`advance_unit` in one pass: the same rule (`_step`), without copying the state and
+        building a StepResult at every step."""
+        admitted, machines = list(state[0]), dict(state[1])
+        out: List[Tuple[Any, int, float]] = []
+        capped = bounded = 0
+        for step in steps:
+            lost = self._step(unit, admitted, machines, step, by_step.get(step, ()), out)
+            capped += lost[0]
+            bounded += lost[1]
+        run = UnitRun((tuple(admitted), machines), out)
+        if capped:
+            run.dropped[KEY_CAP] += capped
+        if bounded:
+            run.dropped["contribution bound"] += bounded
+        return run
+
+    def _step(self, unit, admitted: list, machines: dict, step: int, payloads, out: list
+              ) -> Tuple[int, int]:
+        """The entity rule, one step: admits keys first come (ties in canonical order) up to
+        `max_keys_per_unit` into `admitted`, runs each admitted key's machine on its ops (keys
+        in canonical order) in `machines`, appends (target, step, change) to `out`; returns
+        (events dropped by the key cap, updates dropped by the machine's bound)."""
+        max_keys, machine = self.max_keys_per_unit, self.machine
+        capped = bounded = 0
+        if len(payloads) == 1:  # one event: no sets, no sorting
+            (op, key), = payloads
+            if key not in admitted:
+                if len(admitted) >= max_keys:
+                    return 1, 0
+                admitted.append(key)
+            ops_by_key = {key: [op]}
+        else:
+            if len(admitted) < max_keys:
+                for key in sorted({key for _, key in payloads} - set(admitted), key=canonical):
+                    if len(admitted) < max_keys:
+                        admitted.append(key)
+            ops_by_key: Dict[Hashable, List[str]] = {}
+            for op, key in payloads:
+                if key in admitted:
+                    ops_by_key.setdefault(key, []).append(op)
+                else:
+                    capped += 1
+        for key in (ops_by_key if len(ops_by_key) == 1 else sorted(ops_by_key, key=canonical)):
+            found = machines.get(key)
+            change, machines[key], lost = machine.step(
+                machine.init_state() if found is None else found, ops_by_key[key])
+            bounded += lost
+            if change:
+                out.extend((target, step, float(change)) for target in self.targets(unit, key))
+        return capped, bounded
 
 
 def node_key(graph_key, node):

@@ -1,0 +1,340 @@
+"""The bounded pipeline (files, one run of `pipelines.run`, a window of a scheduled run).
+
+    events                                  timestamped elements, or EventBatches
+    | AssignSteps(packed=True)              -> (unit, [Event tuples]) per unit and bundle
+                                               + dead letters
+    | GroupByUnit (with saved unit states)  -> (unit, [packs]) or (unit, ([packs], [state]))
+    | TruncateUnits                         -> (key, KeySums wire tuple) per key and bundle
+                                               + unit states + dead letters (halts)
+    | SumPerKey                             -> (key, ({step: exact total}, (halt steps)))
+    | KeepPublicKeys                        -> the same, of public keys only
+    | ReleaseKeys (with saved key states)   -> records, one per public key and step
+                                               + key states + dead letters (exact totals)
+
+`release_bounded` composes them. Input is grouped (GroupByKey / CombinePerKey) and every
+key's steps are released in one vectorised call; truncation sums a bundle's contributions per
+key before they leave it (one element per key and bundle, not one per contribution). A run
+takes the previous run's states and returns its new ones beside its records (the
+scheduler's checkpoint hooks).
+"""
+from __future__ import annotations
+
+import collections
+import math
+from fractions import Fraction
+from typing import Any, Dict, NamedTuple, Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms import stages
+from transforms.mechanisms.base import EXACT_LIMIT, counter_state
+from transforms.messages import (DEAD_LETTER, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
+                                 MICRO, UNIT_STATES, StepWindow, add_exact, count_dropped,
+                                 dead_letter, empty, StageOutput)
+from transforms.release import RecordMaker, ReleaseConfig, key_text
+from transforms.streams.units import Problem, payloads_by_step, run_unit
+from transforms.validation import fail
+
+EXACT_FLOAT = float(EXACT_LIMIT)  # exact totals (`RecordMaker.exact_totals`)
+
+
+class KeySums:
+    """A bundle's (then a key's) exact sums of one key's deltas per step: integer deltas add
+    up as Python ints (exact), fractional ones as Shewchuk partials; `halts` are the steps with
+    a halt. On the wire (bounded input) the plain tuple (ints, partials, halts):
+    ({step: int}, {step: [partials]}, [halt steps])."""
+
+    @staticmethod
+    def new():
+        return {}, {}, set()
+
+    @staticmethod
+    def add(acc, step: int, value: float) -> None:
+        ints, partials, _ = acc
+        if isinstance(value, int) or value.is_integer():
+            ints[step] = ints.get(step, 0) + int(value)
+        else:
+            partials[step] = add_exact(partials.get(step, []), value)
+
+    @staticmethod
+    def merge(acc, wire) -> None:
+        ints, partials, halts = acc
+        for step, value in wire[0].items():
+            ints[step] = ints.get(step, 0) + value
+        for step, values in wire[1].items():
+            found = partials.get(step, [])
+            for value in values:
+                found = add_exact(found, value)
+            partials[step] = found
+        halts.update(wire[2])
+
+    @staticmethod
+    def wire(acc):
+        return acc[0], acc[1], sorted(acc[2])
+
+    @staticmethod
+    def totals(acc) -> Dict[int, float]:
+        """{step: the correctly rounded exact total} (as math.fsum of all deltas): the exact
+        integer below 2^53 in magnitude; a total at or beyond it (rounded here) halts its key
+        in the release (`RecordMaker.exact_totals`)."""
+        ints, partials, _ = acc
+        out = {step: float(value) for step, value in ints.items()}
+        for step, values in partials.items():
+            whole = ints.get(step, 0)
+            if abs(whole) <= 2 ** 53:  # float(whole) is exact
+                out[step] = math.fsum(values + [float(whole)])
+            else:
+                out[step] = float(sum((Fraction(v) for v in values), Fraction(whole)))
+        return out
+
+
+@beam.typehints.with_output_types(KEYED)
+class _TruncateUnitsFn(beam.DoFn):
+    """(unit, [packs of Event tuples]) or, resumed, (unit, ([packs], [saved state])) -> the new
+    unit state (tagged) and, once per bundle, (key, KeySums wire tuple) of every key the
+    bundle's units contributed to (fewer, larger elements than one per contribution)."""
+
+    def __init__(self, problem: Problem, window: StepWindow, diagnostics: bool,
+                 with_states: bool = True):
+        self.problem, self.window = problem, window
+        self.diagnostics, self.with_states = diagnostics, with_states
+
+    def start_bundle(self):
+        self._sums: Dict[Any, tuple] = {}
+        self._dropped: collections.Counter = collections.Counter()
+
+    def process(self, item):
+        unit, grouped = item
+        if self.with_states:
+            packs, saved = grouped
+            saved = list(saved)
+        else:
+            packs, saved = grouped, ()
+        packs = list(packs)
+        wire_events = packs[0] if len(packs) == 1 else [e for pack in packs for e in pack]
+        state = saved[0] if saved else self.problem.init_state()
+        problem = self.problem
+        by_step = payloads_by_step(wire_events, ordered=problem.ordered)
+        # a unit first seen in a resumed run starts its machine at step 0 (it had no events)
+        run = run_unit(problem, unit, state, by_step, self.window.first if saved else 0,
+                       self.window.stop)
+        if self.diagnostics:  # operator-only: depends on private data
+            self._dropped.update(run.dropped)
+        sums = self._sums
+        for key, step, value in run.contributions:
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = KeySums.new()
+            KeySums.add(acc, step, value)
+        if run.halt is not None:
+            yield dead_letter(unit, run.halt.reason)
+            acc = sums.get(unit)
+            if acc is None:
+                acc = sums[unit] = KeySums.new()
+            acc[2].add(run.halt.step)
+        yield beam.pvalue.TaggedOutput(UNIT_STATES, (unit, run.state))
+
+    def finish_bundle(self):
+        count_dropped(self._dropped)
+        for key, acc in self._sums.items():
+            yield WindowedValue((key, KeySums.wire(acc)), END_OF_GLOBAL, GLOBAL_WINDOWS)
+        self._sums, self._dropped = {}, collections.Counter()
+
+
+class _KeySumsFn(beam.CombineFn):
+    """Merges a key's KeySums wire tuples -> (key totals {step: exact total}, halt steps)."""
+
+    def create_accumulator(self):
+        return KeySums.new()
+
+    def add_input(self, acc, wire):
+        KeySums.merge(acc, wire)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for acc in accs:
+            KeySums.merge(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return KeySums.totals(acc), tuple(sorted(acc[2]))
+
+
+class _ReleaseKeysFn(beam.DoFn):
+    """(key, {"totals": [StepTotal], "state": [saved], "seed": [...]}) -> the key's records for
+    the window's steps and its new state (tagged with the release: a state of another release
+    or secret is refused, it would re-draw published noise)."""
+
+    def __init__(self, config: ReleaseConfig, window: StepWindow):
+        self.config, self.window = config, window
+
+    def setup(self):
+        self.maker = RecordMaker(self.config)
+        steps = self.config.steps  # every record of a step carries the same event time
+        self._stamps = [Timestamp.of(steps.end(step) - MICRO) for step in range(steps.horizon)]
+
+    def process(self, item, window=beam.DoFn.WindowParam):
+        key, grouped = item
+        if list(grouped["seed"]):  # else not a public key: no output, whatever its data or state
+            yield from self._release(key, grouped, window)
+
+    def _release(self, key, grouped, window=None):
+        first, stop = self.window.first, self.window.stop
+        saved = list(grouped["state"])
+        if len(saved) > 1:
+            fail("key states", f"one per key (key {key_text(key)!r} has {len(saved)})",
+                 len(saved))
+        if saved:
+            data, halted = saved[0]
+            state = self.maker.restore(key, data)
+        elif first == 0:
+            state, halted = self.maker.mechanism.init_state(), None
+        else:
+            raise RuntimeError(f"no saved state for public key {key_text(key)!r}")
+        if state.steps != first:
+            raise RuntimeError(f"key {key_text(key)!r} is at step {state.steps}, the run "
+                               f"starts at {first}")
+        x = np.zeros(stop - first)
+        for values, halts in grouped["totals"]:  # one per key (SumPerKeyAndStep)
+            if halts:
+                halted = min(halts) if halted is None else min(halted, min(halts))
+            for step, value in values.items():
+                if step not in halts:  # a halted step's sum is not added (as one StepTotal)
+                    x[step - first] += value
+        maker = self.maker
+        over = maker.exact_halt(state, x)  # exact totals: None unless a total reaches 2^53
+        if over is not None:
+            x[over:] = 0.0  # not summed: the key's state keeps its exact total
+            if halted is None or first + over < halted:
+                halted = first + over
+                yield dead_letter(key, maker.limit_reason(key, halted))
+            if over == 0 and not -EXACT_FLOAT < state.running_total < EXACT_FLOAT:  # (an old state's)
+                state = counter_state(stop, state.running_total)  # the steps only
+                x = x[:0]
+        outputs, state = maker.for_key(key).advance(state, x) if x.shape[0] else ((), state)
+        if maker.exact_totals:  # a released value reaching 2^53 halts the key too
+            count = len(outputs) if halted is None else halted - first
+            over = maker.exact_outputs(outputs, count)
+            if over is not None:
+                halted = first + over
+                yield dead_letter(key, maker.limit_reason(key, halted))
+        stamps = self._stamps
+        for offset, value in enumerate(outputs):
+            step = first + offset
+            if halted is not None and step >= halted:
+                break
+            record = self.maker.record(key, step, float(value))
+            if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
+                yield WindowedValue(record, stamps[step], GLOBAL_WINDOWS)
+            else:
+                yield TimestampedValue(record, stamps[step])
+        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.maker.seal(key, state), halted)))
+
+
+class TruncateUnits(beam.PTransform):
+    """(unit, [Event tuples]) packs (`AssignSteps(packed=True)`) -> (key, KeySums wire tuple),
+    one per key and bundle, + the units' new states + dead letters (bound violations). Each
+    unit's machine (`Problem.run`) runs over its steps in order from its saved state
+    (`resume_states`, (unit, state) pairs), which bounds what one unit contributes."""
+
+    def __init__(self, problem: Problem, window: StepWindow, resume_states=None,
+                 diagnostics: bool = False):
+        super().__init__()
+        self.problem, self.window = problem, window
+        self.resume_states, self.diagnostics = resume_states, diagnostics
+
+    def expand(self, packs):
+        if self.resume_states is None:
+            grouped = packs | "GroupByUnit" >> beam.GroupByKey()
+            # (unit, [packs])
+        else:
+            grouped = ({"events": packs, "state": self.resume_states}
+                       | "GroupByUnit" >> beam.CoGroupByKey()
+                       | "EventsAndState" >> beam.MapTuple(
+                           lambda unit, parts: (unit, (parts["events"], parts["state"]))))
+            # (unit, ([packs], [saved state]))
+        out = grouped | "Truncate" >> beam.ParDo(_TruncateUnitsFn(
+            self.problem, self.window, self.diagnostics,
+            with_states=self.resume_states is not None)).with_outputs(
+                DEAD_LETTER, UNIT_STATES, main="deltas")
+        return StageOutput(out.deltas, out[DEAD_LETTER], out[UNIT_STATES])
+
+
+class SumPerKey(beam.PTransform):
+    """(key, KeySums wire tuple) -> one (key, ({step: total}, (halt steps))) per key: a total
+    is the correctly rounded exact sum of the key's deltas at the step."""
+
+    def expand(self, sums):
+        return sums | "ExactSums" >> beam.CombinePerKey(_KeySumsFn()).with_output_types(KEYED)
+
+
+class KeepPublicKeys(stages.KeepPublicKeys):
+    @staticmethod
+    def changed_steps(total) -> int:
+        values, halts = total
+        return len(set(halts).union(s for s, v in values.items() if v != 0))
+
+
+class ReleaseKeys(beam.PTransform):
+    """(key, ({step: total}, halts)) -> one record per public key and step of the window (a
+    key without data gets its records too: no output's presence depends on private data,
+    except a halt), + the keys' new states + dead letters; totals and saved states of other
+    keys are ignored. Each key continues from its saved state (`resume_states`,
+    (key, (sealed bytes, halted)) pairs). Exact totals (discrete noise): a key whose step
+    total, running total or released value would reach 2^53 in magnitude halts at that step
+    (no record for it or later; the halt step is kept in its state) with an "exact totals"
+    dead letter. Records carry the event time of their step's end (minus 1 us)."""
+
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence,
+                 window: Optional[StepWindow] = None, resume_states=None):
+        super().__init__()
+        self.config, self.public_keys = config, list(public_keys)
+        self.window = window or StepWindow.whole(config.steps)
+        self.resume_states = resume_states
+
+    def expand(self, totals):
+        pipeline = totals.pipeline
+        states = self.resume_states if self.resume_states is not None else empty(
+            pipeline, "NoSavedStates")
+        seeds = (pipeline | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
+                 | "SeedEveryKey" >> beam.Map(lambda key: (key, None)).with_output_types(KEYED))
+        out = ({"totals": totals, "state": states, "seed": seeds}
+               | "GroupByKey" >> beam.CoGroupByKey()
+               | "Release" >> beam.ParDo(_ReleaseKeysFn(self.config, self.window)).with_outputs(
+                   KEY_STATES, DEAD_LETTER, main="records"))
+        return StageOutput(out.records, out[DEAD_LETTER], out[KEY_STATES])
+
+
+class Released(NamedTuple):
+    """A pipeline's outputs: records, dead letters (a list of PCollections), and (bounded)
+    the new unit and key states."""
+    records: Any
+    dead_letters: list
+    unit_states: Any = None
+    key_states: Any = None
+
+
+def release_bounded(events, problem: Problem, config: ReleaseConfig, public_keys: Sequence,
+                    window: StepWindow, unit_states=None, key_states=None,
+                    diagnostics: bool = False) -> Released:
+    """The bounded composition, stage by stage (the module docstring's shapes)."""
+    stepped = events | "AssignSteps" >> stages.AssignSteps(
+        problem, config.steps, window, diagnostics, packed=True)
+    # (unit, [Event tuples]) per unit and bundle + dead letters
+    truncated = stepped.main | "TruncatePerUnit" >> TruncateUnits(
+        problem, window, unit_states, diagnostics)
+    # (key, KeySums wire tuple) per key and bundle + unit states + dead letters
+    totals = truncated.main | "SumPerKeyAndStep" >> SumPerKey()
+    # (key, ({step: exact total}, (halt steps))), one per key
+    public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
+    # the same, of public keys only
+    released = public | "ReleasePerKey" >> ReleaseKeys(config, public_keys, window, key_states)
+    # records, one per public key and step + key states (key, (sealed bytes, halt step))
+    return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
+                                    released.dead_letters], truncated.states, released.states)

@@ -1,0 +1,470 @@
+"""The unbounded pipeline: stateful DoFns with event-time timers at step ends.
+
+    events                                  timestamped elements (e.g. from Pub/Sub)
+    | AssignSteps                           -> (unit, Event tuple) + dead letters
+    | TruncateStreaming                     -> ((key, step), Delta) at each step's end
+                                               + dead letters (halts, late events)
+    | ToStepTotals                          -> (key, StepTotal)
+    | KeepPublicKeys                        -> the same, of public keys only
+    | ReleaseStreaming                      -> records, one per public key and step,
+                                               + dead letters (late totals, exact totals)
+
+`release_streaming` composes them. A unit's events wait in Beam state until the watermark
+passes their step's end; step s of a key is released when the watermark passes the end of
+step s + `release_delay_steps`. Beam keeps the states, so the pipeline takes and returns
+none.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Dict, List, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
+                                              TimerSpec, on_timer)
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+from transforms import stages
+from transforms.bounded import Released
+from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
+                                 FastStateCoder, Seed, StageOutput, StepTotal, StepWindow,
+                                 add_exact, count_dropped, dead_letter, delta_of, micros_of)
+from transforms.release import RecordMaker, ReleaseConfig, key_text
+from transforms.steps import TimeSteps
+from transforms.streams.units import Problem, payloads_by_step, run_unit
+from transforms.validation import fail
+
+_NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
+
+
+@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
+class TruncateStreamingFn(beam.DoFn):
+    """Unbounded input: buffer a unit's events until the watermark passes their step's end.
+
+    State per unit: the progress (next step to process, earliest buffered step or None, and the
+    buffered event itself while it is the only one: the one cell an event reads), the bag of
+    buffered events when there are two or more, and the machine's state (read and written only
+    at a step end). A unit has mostly one event per step, which then costs two state
+    operations at the event and three or four at its step end (progress, machine state), no
+    bag."""
+
+    # FastPrimitivesCoder (40% faster to encode than pickle)
+    BUFFER = BagStateSpec("buffer", FastStateCoder())
+    # the machine's state; counts keep theirs as the plain tuple (used, keys) (a tuple encodes
+    # several times faster than the UnitState dataclass)
+    UNIT = ReadModifyWriteStateSpec("unit", FastStateCoder())
+    # (done, earliest, held): nothing buffered iff earliest is None; exactly one event buffered
+    # iff held is not None (it is held here, the bag is empty); else the bag holds them all
+    PROGRESS = ReadModifyWriteStateSpec("progress", FastStateCoder())
+    STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
+
+    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool):
+        self.problem, self.steps = problem, steps
+        self.diagnostics = diagnostics
+        self.setup()
+
+    def setup(self):
+        self._ends: Dict[int, Timestamp] = {}  # step -> its end, bounded
+        self._stamps: Dict[int, Timestamp] = {}  # step -> its outputs' event time, bounded
+        self._ready: Dict[int, int] = {}  # a firing's micros -> `_ready_through`, bounded
+        # the problem's plain-tuple state and step (`Problem.flat_state`), or None
+        self._flat = self.problem.flat_state()
+
+    def _ready_through(self, fire: Timestamp) -> int:
+        """The last step a timer firing at `fire` processes: the largest s in [-1, T) whose
+        end is <= fire + 1 us (ends grow with s, so an event is ready iff its step is <= it:
+        the same test as comparing each event's end), cached per firing time."""
+        micros = fire.micros
+        found = self._ready.get(micros)
+        if found is None:
+            limit, end = float(micros) / 1e6 + MICRO, self.steps.end
+            low, high = -1, self.steps.horizon - 1  # end(low) <= limit (low = -1: none)
+            while low < high:
+                middle = (low + high + 1) // 2
+                if end(middle) <= limit:
+                    low = middle
+                else:
+                    high = middle - 1
+            if len(self._ready) >= 1 << 16:
+                self._ready.clear()
+            found = self._ready[micros] = low
+        return found
+
+    def _end(self, step: int) -> Timestamp:
+        """The end of `step` as a Timestamp (the step-end timer), cached."""
+        ends = self._ends
+        found = ends.get(step)
+        if found is None:
+            if len(ends) >= 1 << 16:
+                ends.clear()
+            found = ends[step] = micros_of(self.steps.end(step))
+        return found
+
+    def _stamp(self, step: int) -> Timestamp:
+        """The event time of a step's outputs (its end - 1 us), cached."""
+        stamps = self._stamps
+        found = stamps.get(step)
+        if found is None:
+            if len(stamps) >= 1 << 16:
+                stamps.clear()
+            found = stamps[step] = Timestamp.of(self.steps.end(step) - MICRO)
+        return found
+
+    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
+                progress=beam.DoFn.StateParam(PROGRESS),
+                timer=beam.DoFn.TimerParam(STEP_END)):
+        unit, event = element
+        step = event[STEP]
+        current = progress.read()
+        done, earliest, held = _NOTHING_BUFFERED if current is None else current
+        if step < done:
+            yield dead_letter((unit, event[PAYLOAD]),
+                              f"late: step {step} of this unit was already processed")
+            return
+        if type(event) is not tuple:
+            event = tuple(event)
+        if earliest is None:  # the only buffered event: held in the progress cell
+            progress.write((done, step, event))
+            timer.set(self._end(step))
+            return
+        if held is not None:  # a second event: both go to the bag
+            buffer.add(held)
+        buffer.add(event)
+        if step < earliest:
+            progress.write((done, step, None))
+            timer.set(self._end(step))
+        elif held is not None:
+            progress.write((done, earliest, None))
+
+    @on_timer(STEP_END)
+    def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
+              buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
+              progress=beam.DoFn.StateParam(PROGRESS),
+              timer=beam.DoFn.TimerParam(STEP_END)):
+        through = self._ready_through(fire)
+        current = progress.read()
+        done, earliest, held = _NOTHING_BUFFERED if current is None else current
+        flat = self._flat
+        if held is not None and flat is not None and done <= earliest <= through:
+            # the common case, one event held in the progress cell: its step, as below
+            saved = unit_state.read() or flat
+            contributions: List[Tuple[Any, int, float]] = []
+            dropped = {} if self.diagnostics else None
+            state = self.problem.flat_step(saved, earliest, (held[PAYLOAD],), contributions,
+                                           dropped)
+            if dropped:
+                count_dropped(dropped)
+            for unit_key, step, value in contributions:
+                yield TimestampedValue(((unit_key, step), delta_of(value)), self._stamp(step))
+            if state is not saved:  # else the machine did not move
+                unit_state.write(state)
+            progress.write((earliest + 1, None, None))
+            return
+        bagged = earliest is not None and held is None
+        ready, later = [], []
+        for event in ((held,) if held is not None else buffer.read() if bagged else ()):
+            (ready if event[STEP] <= through else later).append(event)
+        problem = self.problem
+        saved = unit_state.read()
+        stamp = self._stamp
+        if flat is not None:  # = `Problem.run` step by step, on the plain-tuple state
+            state = flat if saved is None else saved
+            contributions = []
+            dropped = {} if self.diagnostics else None
+            by_step = payloads_by_step(ready, ordered=problem.ordered)
+            last = max(by_step) if by_step else done - 1
+            for step in (sorted(by_step) if len(by_step) > 1 else by_step):
+                if done <= step:
+                    state = problem.flat_step(state, step, by_step[step], contributions,
+                                              dropped)
+            if dropped:
+                count_dropped(dropped)
+            for unit_key, step, value in contributions:
+                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
+            if bagged:
+                buffer.clear()
+            if state is not (flat if saved is None else saved):
+                unit_state.write(state)
+        else:
+            state = problem.init_state() if saved is None else saved
+            # the order `sorted_payloads` gives (= advance_unit's)
+            by_step = payloads_by_step(ready, ordered=problem.ordered)
+            last = max(by_step) if by_step else done - 1
+            run = run_unit(problem, key, state, by_step, done, last + 1)  # = advance_unit
+            if self.diagnostics:
+                count_dropped(run.dropped)
+            for unit_key, step, value in run.contributions:
+                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
+            if bagged:
+                buffer.clear()
+            if run.halt is not None:
+                yield dead_letter(key, run.halt.reason)
+                yield TimestampedValue(((key, run.halt.step), Delta(halt=True)),
+                                       stamp(run.halt.step))
+                # nothing more from this unit
+                progress.write((self.steps.horizon, None, None))
+                return
+            unit_state.write(run.state)
+        if not later:
+            progress.write((last + 1, None, None))
+            return
+        first = min(event[STEP] for event in later)
+        if len(later) == 1:
+            progress.write((last + 1, first, later[0]))
+        else:
+            for event in later:
+                buffer.add(event)
+            progress.write((last + 1, first, None))
+        timer.set(self._end(first))
+
+
+def _partials_struct(count: int) -> struct.Struct:
+    """(step, count, count float64 partials) of one pending step (cached per count)."""
+    found = _PARTIALS.get(count)
+    if found is None:
+        found = _PARTIALS[count] = struct.Struct("<II%dd" % count)
+    return found
+
+
+_PARTIALS: Dict[int, struct.Struct] = {}
+
+
+class ReleaseStateCoder(beam.coders.Coder):
+    """`ReleaseStreamingFn`'s state of one key, (sealed mechanism state or None, steps
+    released, halt step or None, pending exact sums {step: [partials]}), as compact bytes:
+    a header (steps released, halt step or -1, sealed length or -1, number of pending steps),
+    the sealed bytes, then per pending step (step, number of partials, the partials as
+    float64: exact, so the sums stay exact). Steps fit 31 bits (struct refuses others)."""
+
+    _HEAD = struct.Struct("<IiiI")
+    _ENTRY = struct.Struct("<II")
+    # the common layouts in one struct call: a sealed CounterState (33 bytes) and one pending
+    # step with one partial (or none)
+    _ONE = struct.Struct("<IiiI33sIId")
+    _NONE = struct.Struct("<IiiI33s")
+
+    def encode(self, value) -> bytes:
+        sealed, released, halted, pending = value
+        if sealed is not None and len(sealed) == 33 and len(pending) <= 1:
+            halt = -1 if halted is None else halted
+            if not pending:
+                return self._NONE.pack(released, halt, 33, 0, sealed)
+            (step, partials), = pending.items()
+            if len(partials) == 1:
+                return self._ONE.pack(released, halt, 33, 1, sealed, step, 1, partials[0])
+        head = self._HEAD.pack(released, -1 if halted is None else halted,
+                               -1 if sealed is None else len(sealed), len(pending))
+        if sealed is not None:
+            head += sealed
+        if not pending:
+            return head
+        parts = [head]
+        for step, partials in pending.items():
+            count = len(partials)
+            parts.append(_partials_struct(count).pack(step, count, *partials))
+        return b"".join(parts)
+
+    def decode(self, encoded: bytes):
+        if type(encoded) is not bytes:
+            encoded = bytes(encoded)
+        if len(encoded) == 65:  # = self._ONE.size
+            released, halted, size, count, sealed, step, n, value = self._ONE.unpack(encoded)
+            if size == 33 and count == 1 and n == 1:
+                return sealed, released, None if halted < 0 else halted, {step: [value]}
+        released, halted, size, count = self._HEAD.unpack_from(encoded)
+        at = 16  # self._HEAD.size
+        sealed = None
+        if size >= 0:
+            sealed, at = encoded[at:at + size], at + size
+        pending = {}
+        if count:
+            entry = self._ENTRY.unpack_from
+            for _ in range(count):
+                step, n = entry(encoded, at)
+                layout = _partials_struct(n)
+                pending[step] = list(layout.unpack_from(encoded, at)[2:])
+                at += layout.size
+        return sealed, released, None if halted < 0 else halted, pending
+
+    def is_deterministic(self) -> bool:
+        return True
+
+
+class ReleaseStreamingFn(beam.DoFn):
+    """Unbounded input, per public key: collects step totals and releases step s when the
+    watermark passes the end of step s + release_delay_steps.
+
+    One state cell per key (`ReleaseStateCoder`): the sealed mechanism state (tagged with the
+    release, its secret and the key: `RecordMaker.seal`), the number of steps released as a
+    plain int (the late check in `process` needs no unsealing), the halt step and the pending
+    exact sums. `process` reads and writes it once; a release timer reads it, unseals the
+    mechanism state once (refused if another release, secret or key sealed it) and writes it
+    once."""
+
+    STATE = ReadModifyWriteStateSpec("release_state", ReleaseStateCoder())
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence):
+        self.config, self.public = config, frozenset(public_keys)
+        # operator-only: the count depends on private data
+        self.late = Metrics.counter(METRICS, "late_contributions") if config.diagnostics \
+            else None
+
+    def setup(self):
+        self.maker = RecordMaker(self.config)
+        self._times: Dict[int, Tuple[Timestamp, Timestamp]] = {}
+
+    def _step_times(self, step: int) -> Tuple[Timestamp, Timestamp]:
+        """(the event time of step's records, the release time of step), cached per step."""
+        found = self._times.get(step)
+        if found is None:
+            if len(self._times) >= 1 << 16:
+                self._times.clear()
+            steps = self.config.steps
+            found = self._times[step] = (Timestamp.of(steps.end(step) - MICRO),
+                                         self._release_time(step))
+        return found
+
+    def _release_time(self, step):
+        return micros_of(self.config.steps.end(step + self.config.release_delay_steps))
+
+    def process(self, element, state=beam.DoFn.StateParam(STATE),
+                timer=beam.DoFn.TimerParam(RELEASE)):
+        key, message = element
+        if key not in self.public:
+            return  # not a public key: no output and no state
+        current = state.read()
+        if current is None:
+            sealed, released, halted, pending = None, 0, None, {}  # nothing yet
+        else:
+            sealed, released, halted, pending = current
+        if isinstance(message, Seed):
+            if sealed is None:
+                timer.set(self._step_times(0)[1])
+                state.write((self.maker.seal(key, self.maker.mechanism.init_state()), released,
+                             halted, pending))
+            return
+        step = message.step
+        if message.halt:
+            state.write((sealed, released, step if halted is None else min(step, halted),
+                         pending))
+            return
+        if step < released:
+            if self.late is not None:
+                self.late.inc()
+            yield dead_letter((key, step, message.value),
+                              f"late: step {step} of key {key_text(key)!r} was "
+                              f"already released")
+            return
+        if halted is not None and step >= halted:
+            return  # never released (the key halted): not kept
+        found = pending.get(step)
+        pending[step] = add_exact(found, message.value) if found else [message.value]
+        state.write((sealed, released, halted, pending))
+
+    @on_timer(RELEASE)
+    def release(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(STATE),
+                timer=beam.DoFn.TimerParam(RELEASE)):
+        current = state.read()
+        sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
+        if sealed is None:  # the timer is set only after the seed sealed a state: state lost
+            raise RuntimeError(f"key {key_text(key)!r}: a release timer without its sealed "
+                               f"state (state lost, or a job updated from another state "
+                               f"layout); releasing again from step 0 would repeat its noise "
+                               f"on other data")
+        maker, step = self.maker, released
+        out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
+        if out is None:  # exact totals: the key halts at this step (fail closed, no timer)
+            if stop is None or step < stop:
+                stop = step
+                yield dead_letter(key, maker.limit_reason(key, step))
+            state.write((sealed, step, stop, {}))  # the state is not advanced
+            return
+        pending.pop(step, None)  # only once the state passed its checks
+        state.write((sealed, step + 1, stop, pending))
+        if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
+            timer.set(self._step_times(step + 1)[1])
+        if stop is None or step < stop:
+            yield TimestampedValue(maker.record(key, step, float(out)),
+                                   self._step_times(step)[0])
+
+
+class TruncateStreaming(beam.PTransform):
+    """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
+    + dead letters."""
+
+    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False):
+        super().__init__()
+        self.problem, self.steps, self.diagnostics = problem, steps, diagnostics
+
+    def expand(self, events):
+        out = events | "Truncate" >> beam.ParDo(TruncateStreamingFn(
+            self.problem, self.steps, self.diagnostics)).with_outputs(DEAD_LETTER,
+                                                                      main="deltas")
+        return StageOutput(out.deltas, out[DEAD_LETTER])
+
+
+class ToStepTotals(beam.PTransform):
+    """((key, step), Delta) -> (key, StepTotal), one per delta (the release sums them
+    exactly)."""
+
+    def expand(self, deltas):
+        return deltas | "ToStepTotals" >> beam.MapTuple(
+            lambda key_step, delta: (key_step[0], StepTotal(key_step[1], delta.value,
+                                                            delta.halt))
+        ).with_output_types(KEYED)
+
+
+class KeepPublicKeys(stages.KeepPublicKeys):
+    @staticmethod
+    def changed_steps(total) -> int:
+        return 1 if total.halt or total.value != 0 else 0
+
+
+class ReleaseStreaming(beam.PTransform):
+    """(key, StepTotal) -> one record per public key and step (`ReleaseStreamingFn`; every
+    public key is seeded at the origin, so a key without data gets its records too) + dead
+    letters. Records carry the event time of their step's end (minus 1 us), behind the
+    watermark when they are emitted: window them with allowed lateness or write them
+    unwindowed (the bundled sinks do)."""
+
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence):
+        super().__init__()
+        self.config, self.public_keys = config, list(public_keys)
+
+    def expand(self, totals):
+        origin = self.config.steps.origin
+        seeds = (totals.pipeline
+                 | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
+                 | "SeedEveryKey" >> beam.Map(
+                     lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED))
+        out = ((totals, seeds) | "WithSeeds" >> beam.Flatten().with_output_types(KEYED)
+               | "Release" >> beam.ParDo(ReleaseStreamingFn(
+                   self.config, self.public_keys)).with_outputs(DEAD_LETTER, main="records"))
+        return StageOutput(out.records, out[DEAD_LETTER])
+
+
+def release_streaming(events, problem: Problem, config: ReleaseConfig, public_keys: Sequence,
+                      window: StepWindow, unit_states=None, key_states=None,
+                      diagnostics: bool = False) -> Released:
+    """The unbounded composition, stage by stage (the module docstring's shapes)."""
+    if unit_states is not None or key_states is not None or \
+            window != StepWindow.whole(config.steps):
+        fail("resume_states", "None for unbounded input (Beam keeps the state)", "states")
+    stepped = events | "AssignSteps" >> stages.AssignSteps(problem, config.steps, window,
+                                                           diagnostics)
+    # (unit, Event tuple) + dead letters
+    truncated = stepped.main | "TruncatePerUnit" >> TruncateStreaming(problem, config.steps,
+                                                                      diagnostics)
+    # ((key, step), Delta(value | halt)) at each step's end + dead letters
+    totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
+    # (key, StepTotal(step, value | halt))
+    public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
+    # the same, of public keys only
+    released = public | "ReleasePerKey" >> ReleaseStreaming(config, public_keys)
+    # records, one per public key and step + dead letters
+    return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
+                                    released.dead_letters])
