@@ -219,6 +219,7 @@ class CountProblem(Problem):
                                        self.bounds.max_keys_per_unit, "user")
         if not self.with_value or self.value_grid is not None:
             self._check_exact()
+        self.limits = self.bounds.limits  # `truncate_step`'s, computed once (per event cost)
 
     def _check_exact(self):
         """Counts and grid sums are integers (in grid units): one unit's total (`used`, and so
@@ -294,7 +295,7 @@ class CountProblem(Problem):
 
     def advance(self, unit, state, step, payloads):
         keys, out, dropped = list(state.keys), [], {}
-        used = truncate_step(self.bounds.limits, keys, state.used, step, payloads, out, dropped)
+        used = truncate_step(self.limits, keys, state.used, step, payloads, out, dropped)
         return StepResult(UnitState(used, tuple(keys)),
                           tuple((key, value) for key, _, value in out), None,
                           tuple(sorted(dropped.items())))
@@ -302,7 +303,7 @@ class CountProblem(Problem):
     def run(self, unit, state, by_step, steps):
         """`advance_unit` in one pass (no per-step objects; the same rule, so the same
         floats)."""
-        limits, keys, used = self.bounds.limits, list(state.keys), state.used
+        limits, keys, used = self.limits, list(state.keys), state.used
         out: List[Tuple[Any, int, float]] = []
         dropped: Dict[str, int] = {}
         for step in steps:
@@ -318,7 +319,7 @@ class CountProblem(Problem):
         """`advance` on the state as the tuple (used, keys): the same tuple if nothing was
         admitted or taken."""
         keys = list(flat[1])
-        used = truncate_step(self.bounds.limits, keys, flat[0], step, payloads, out, dropped)
+        used = truncate_step(self.limits, keys, flat[0], step, payloads, out, dropped)
         if used == flat[0] and len(keys) == len(flat[1]):
             return flat
         return used, tuple(keys)
