@@ -96,3 +96,70 @@ def test_docs_config_reference_is_the_registry():
 def test_readme_transform_table_is_the_registry():
     from transforms import registry
     assert generated_table("transforms") == registry.transform_table()
+
+
+def product_imports():
+    """{module: the product modules it imports, at any depth of its body (lazy imports too)}
+    for transforms/ and pipelines/ (relative imports resolved)."""
+    graph = {}
+    for path in modules():
+        if not path.startswith(("transforms", "pipelines")):
+            continue
+        name = path[:-3].replace(os.sep, ".")
+        if name.endswith(".__init__"):
+            name = name[:-len(".__init__")]
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        tree = ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read(), path)
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        graph[name] = found
+    return {name: {other for other in found if other in graph and other != name}
+            for name, found in graph.items()}
+
+
+def cycles(graph):
+    """Module cycles (a module importing one that imports it back, at any distance), as
+    lists; packages' __init__ re-exports are not edges into their own submodules."""
+    found, state = [], {}
+
+    def visit(name, trail):
+        state[name] = "open"
+        for other in sorted(graph.get(name, ())):
+            if name.startswith(other + "."):
+                continue  # a submodule naming its package (the package's __init__)
+            if state.get(other) == "open":
+                found.append(trail[trail.index(other):] + [other])
+            elif other not in state:
+                visit(other, trail + [other])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return found
+
+
+def test_the_cycle_check_can_fail():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_product_module_imports_one_that_imports_it_back():
+    assert cycles(product_imports()) == []
+
+
+def test_no_product_module_dispatches_on_a_problem_class():
+    pattern = re.compile(r"type\([^)]*\) is (not )?\w*Problem|isinstance\([^)]*, \w*Problem\)")
+    hits = [f"{path}:{i}" for path in modules() if path.startswith("transforms")
+            for i, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1)
+            if pattern.search(line)]
+    assert hits == []

@@ -543,7 +543,7 @@ def test_smooth_balanced_tables_match_bitwise_and_pruning_rule():
             assert np.array_equal(mechanism._balanced_range(first, count),
                                   mechanism._balanced_bitwise(np.arange(first, first + count)))
     # the closed-form data-free test of the fast path equals data_free on every used node
-    from transforms.mechanisms.trees import popcount
+    from transforms.mechanisms.smooth import popcount
     for horizon in (5, 69, 1000, 3432):
         mechanism = make("smooth_binary", horizon, epsilon=1.0, seed=0, prune=True)
         m = mechanism.prefix_leaves(np.arange(1, horizon + 1))
@@ -555,7 +555,7 @@ def test_smooth_balanced_tables_match_bitwise_and_pruning_rule():
 
 
 def test_popcount_with_and_without_numpy_bitwise_count(monkeypatch):
-    from transforms.mechanisms.trees import popcount
+    from transforms.mechanisms.smooth import popcount
     values = np.concatenate([np.arange(300), np.random.default_rng(0).integers(0, 2 ** 62, 300),
                              [2 ** 63 - 1]]).astype(np.int64)
     expected = [bin(int(v)).count("1") for v in values]

@@ -16,7 +16,8 @@ from .noise import (ConstantNoiseSource, KeyedNoiseSource, NoiseSource, make_noi
 from .privacy import GAUSSIAN, LAPLACE, PrivacyBudget, epsilon_from_rho, rho_from_epsilon_delta
 from .blt import BufferedToeplitz
 from .toeplitz import InputPerturbation, NaiveComposition, SqrtToeplitz
-from .trees import BinaryTree, KarySubtraction, KaryTree, SmoothBinary
+from .smooth import SmoothBinary
+from .trees import BinaryTree, KarySubtraction, KaryTree
 
 MECHANISMS = {cls.name: cls for cls in (BinaryTree, KaryTree, KarySubtraction, SmoothBinary,
                                          SqrtToeplitz, NaiveComposition, InputPerturbation,

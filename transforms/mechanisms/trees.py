@@ -442,8 +442,3 @@ class KarySubtraction(TreeMechanism):
         super().__init__(horizon, budget, noise_source, **kwargs)
         max_digit = self.digit_low + self.arity - 1
         self.height = _smallest_height(max_digit, self.arity, self.horizon)
-
-
-# The smooth binary mechanism lives in `smooth` (it subclasses TreeMechanism); re-exported here,
-# where it has always been imported from.
-from .smooth import SmoothBinary, popcount  # noqa: E402,F401
