@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import math
 from fractions import Fraction
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -33,8 +33,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms import stages
 from transforms.mechanisms.base import EXACT_LIMIT, counter_state
 from transforms.messages import (DEAD_LETTER, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
-                                 MICRO, UNIT_STATES, StepWindow, add_exact, count_dropped,
-                                 dead_letter, empty, StageOutput)
+                                 MICRO, UNIT_STATES, Released, StageOutput, StepWindow,
+                                 add_exact, count_dropped, dead_letter, empty)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
@@ -309,15 +309,6 @@ class ReleaseKeys(beam.PTransform):
                | "Release" >> beam.ParDo(_ReleaseKeysFn(self.config, self.window)).with_outputs(
                    KEY_STATES, DEAD_LETTER, main="records"))
         return StageOutput(out.records, out[DEAD_LETTER], out[KEY_STATES])
-
-
-class Released(NamedTuple):
-    """A pipeline's outputs: records, dead letters (a list of PCollections), and (bounded)
-    the new unit and key states."""
-    records: Any
-    dead_letters: list
-    unit_states: Any = None
-    key_states: Any = None
 
 
 def release_bounded(events, problem: Problem, config: ReleaseConfig, public_keys: Sequence,

@@ -501,7 +501,7 @@ def remote_runner(pipeline) -> bool:
 
 def _across_keys(problem: CountProblem) -> CountProblem:
     """Counts and sums: `max_contributions` (in grid units for sums) caps one unit's total
-    over the horizon across ALL its keys (`ContributionBounds.step` keeps one `used` per unit),
+    over the horizon across ALL its keys (`streams.count.truncate_step` keeps one `used` per unit),
     so the declaration carries it as the joint mass: the release may calibrate jointly."""
     problem.declaration = dataclasses.replace(
         problem.declaration, joint_mass=problem.bounds.max_contributions)

@@ -142,6 +142,15 @@ class StageOutput(NamedTuple):
     states: Any = None
 
 
+class Released(NamedTuple):
+    """A pipeline's outputs: records, dead letters (a list of PCollections), and (bounded)
+    the new unit and key states."""
+    records: Any
+    dead_letters: list
+    unit_states: Any = None
+    key_states: Any = None
+
+
 DEAD_LETTER_CHARS = 1024  # a dead letter keeps at most this much of the record's repr
 
 

@@ -28,9 +28,8 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import stages
-from transforms.bounded import Released
 from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
-                                 FastStateCoder, Seed, StageOutput, StepTotal, StepWindow,
+                                 FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
