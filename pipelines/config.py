@@ -331,6 +331,10 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         elif name in ("max_value", "value_resolution"):
             if value is not None:
                 _positive_number(f"bounds.{name}", value)
+        elif name == "sum_share":
+            if value is not None and not 0 < _positive_number("bounds.sum_share", value) < 1:
+                fail("bounds.sum_share", "a number in (0, 1) (the sum part's share of the "
+                                         "budget)", value)
         elif value is not None:
             _positive_int(f"bounds.{name}", value)
             if value > MAX_BOUND:  # sensitivities are computed exactly in integers

@@ -155,7 +155,7 @@ def privacy_from(args) -> dict:
 
 def calibrated_rows(args, privacy: dict):
     """The candidates as a release with these bounds would calibrate them."""
-    from transforms.continual import choose_calibrated
+    from transforms.calibration import choose_calibrated
     from transforms.mechanisms.privacy import PrivacyBudget
     from transforms.streams.records import Declaration
     k, m = args.max_contributions, args.max_keys_per_unit

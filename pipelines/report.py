@@ -113,9 +113,10 @@ def check_truth(rows: List[dict], descriptor, transform) -> None:
                                  f"with (its {field}: {descriptor.get(field)!r}); got "
                                  f"{mine.get(field)!r}.")
     last = max(r["step"] for r in rows)
-    if last >= mine["horizon"]:
+    if last >= transform.steps.horizon:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
-                         f"records reach step {last}); got a horizon of {mine['horizon']}.")
+                         f"records reach step {last}); got a horizon of "
+                         f"{transform.steps.horizon}.")
     keys = {str(r["key"]) for r in rows}
     from transforms.release import key_text
     missing = sorted(keys - {key_text(k) for k in transform.public_keys})
@@ -123,9 +124,9 @@ def check_truth(rows: List[dict], descriptor, transform) -> None:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
                          f"keys include {missing[0]!r}); got other public keys.")
     budget = {name: rows[0].get(name) for name in ("epsilon", "delta", "rho")}
-    if budget != {name: mine["budget"].get(name) for name in budget}:
+    if budget != {name: transform.budget_spent.get(name) for name in budget}:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
-                         f"budget: {budget}); got {mine['budget']}.")
+                         f"budget: {budget}); got {transform.budget_spent}.")
 
 
 def true_totals(config_path: str, rows: List[dict] = None,

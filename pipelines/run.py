@@ -215,8 +215,9 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
 
 
 def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
-    """The `pipelines.plan` command that prints the table `auto` chose from (the state budget
-    is not in the descriptor: pass it when it is not the default)."""
+    """The `pipelines.plan` command that prints the table `auto` chose from for one released
+    stream's descriptor (the state budget is not in the descriptor: pass it when it is not the
+    default)."""
     from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY
     total = descriptor["budget"]
     if total.get("delta") is not None:
@@ -238,19 +239,24 @@ def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
                else ""))
 
 
+def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:
+    """`plan_command` of each stream the release publishes (a composed release: one per part,
+    labelled)."""
+    return "; ".join((f"{label}: " if label else "") + plan_command(descriptor,
+                                                                    max_state_bytes_per_key)
+                     for label, descriptor in transform.plan_declarations())
+
+
 def public_summary(transform, job: job_config.JobConfig, public_folder: str) -> dict:
     """What the run released; everything here is public (data-independent or DP)."""
-    descriptor = transform.descriptor
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
-              + plan_command(descriptor, job.mechanism.max_state_bytes_per_key)
+              + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
     stddevs = io.released_stddevs(public_folder)
     records, max_se = len(stddevs), max(stddevs, default=0.0)
     return {"release_id": transform.release_id, "private": transform.private,
-            "transform": job.transform, "mechanism": descriptor["mechanism"],
-            "mechanism_params": descriptor["params"], "why": chosen,
-            "noise": descriptor["noise"], "budget_spent": descriptor["budget"],
-            "key_budget": descriptor["key_budget"], "max_se": max_se,
+            "transform": job.transform, **transform.summary(), "why": chosen,
+            "max_se": max_se,
             "records": records, "public_keys": len(job.public_keys),
             "steps": job.steps.horizon,
             "records_path": os.path.join(job.public_path, "records") + "-*."

@@ -169,9 +169,9 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     ledger_of_run = {
         "release_id": transform.release_id, "descriptor": transform.descriptor,
-        "descriptor_digest": transform.config.descriptor_digest,
-        "mechanism": transform.config.mechanism,
-        "mechanism_params": dict(transform.config.params),
+        "descriptor_digest": transform.descriptor_digest,
+        "mechanism": transform.resolved_mechanism[0],
+        "mechanism_params": transform.resolved_mechanism[1],
         "secret_fingerprint": secret_fingerprint, "private": transform.private,
         "config": fingerprint(job), "runs": (ledger or {}).get("runs", []) + [{
             "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),

@@ -20,7 +20,7 @@ import pytest
 from tests.support.noise import ZERO
 from transforms import (ContinualCount, ContinualCountDistinct, ContinualRelease,
                         ContinualSum, TimeSteps)
-from transforms.continual import JOINT, SPLIT, calibrate
+from transforms.calibration import JOINT, SPLIT, calibrate
 from transforms.mechanisms import NAMES, ConstantNoiseSource, PrivacyBudget, make
 from transforms.mechanisms.choose import candidate_specs
 from transforms.mechanisms.sensitivity import joint_sensitivity
@@ -80,7 +80,7 @@ def build(name, horizon, privacy, k, noise, params):
 
 
 def calibrated(name, params, horizon, budget, keys, k, noise, mutation=None):
-    """The key mechanism the release builds (mirrors `_ContinualBase._calibrated`); a
+    """The key mechanism the release builds (mirrors `ContinualBase._calibrated`); a
     `mutation` builds a wrong one for the negative controls."""
     declaration = Declaration(k, k, keys, "user", joint_mass=k)
     full = {"epsilon": budget.epsilon} if budget.sensitivity_norm == 1 else {"rho": budget.rho}

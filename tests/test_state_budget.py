@@ -15,7 +15,7 @@ import pytest
 from pipelines import checkpoints, config as job_config, plan
 from pipelines import run as job_run
 from transforms import ContinualCount, TimeSteps
-from transforms.continual import choose_calibrated
+from transforms.calibration import choose_calibrated
 from transforms.mechanisms import MECHANISMS, NAMES
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
                                           MIN_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES, choose,

@@ -6,7 +6,7 @@ importable on their own; the Beam transforms below are loaded on first use.
 from transforms.registry import SPECS as _SPECS
 
 _BEAM_EXPORTS = {
-    **{spec.class_name: "transforms.continual" for spec in _SPECS.values()},
+    **{spec.class_name: spec.module for spec in _SPECS.values()},
     "TimeSteps": "transforms.steps", "SecretRef": "transforms.secret",
     "WriteRecordsToParquet": "transforms.sinks", "WriteRecordsToJsonLines": "transforms.sinks",
     "WriteRecordsToCsv": "transforms.sinks", "ArrowEvents": "transforms.arrow_input",

@@ -30,115 +30,22 @@ from transforms.mechanisms import NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES,
-                                           STATE_BUDGET, check_state_budget, choose, evaluate,
-                                           over_budget_condition, within_budget)
-from transforms.mechanisms.sensitivity import joint_sensitivity
+                                           STATE_BUDGET, check_state_budget,
+                                           over_budget_condition)
 from transforms.mechanisms.privacy import PrivacyBudget
+from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
+                                    full_privacy, split_privacy)
 from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
                                 descriptor_digest, key_text, public_key_digest)
 from transforms.secret import SecretRef
 from transforms.bounded import release_bounded
-from transforms.messages import StepWindow
+from transforms.messages import Released, StepWindow
 from transforms.streaming import release_streaming
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.records import Declaration, is_id
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
                                       EntityProblem, Problem, TriangleProblem)
-
-
-SPLIT, JOINT = "split", "joint"
-# The joint ratio S / J is rounded down by this relative margin, so that float rounding can never
-# make a key's noise smaller than the joint calibration needs.
-_RATIO_MARGIN = 2.0 ** -40
-
-
-class Calibration(NamedTuple):
-    """How the budget is shared over the keys one unit can touch (see `Declaration`)."""
-    kind: str                      # "split" or "joint"
-    key_privacy: dict              # the budget each key's mechanism is built with
-    sensitivity: Optional[float]   # the key mechanism's own sensitivity S (S_{D,k}), if used
-    joint_sensitivity: Optional[float] = None  # J of the concatenation over keys, if bounded
-
-
-def calibrate(mechanism, declaration: Declaration, budget: PrivacyBudget,
-              sensitivity: Optional[float] = None) -> Calibration:
-    """The calibration with less noise for `mechanism` (built at any budget; only its R, its
-    sensitivity S and its column norms are used): the split (budget / m per key) or, when the
-    declaration bounds a unit's total over all keys (`joint_mass` M), the joint one.
-
-    Joint (Declaration docstring, `sensitivity.joint_sensitivity`): the concatenation over the
-    keys changes by at most J = M c_p (c_p the largest column l_p norm of R; plus the rounding
-    term of the discrete square root), for ANY way the unit spreads its M over keys and steps,
-    so node noise calibrated to J at the full budget covers all keys at once. A key's mechanism
-    calibrates to its own S, so it gets the budget epsilon min(1, S/J) (rho min(1, S/J)^2),
-    whose noise is that of J at the full budget. The split gives epsilon / m (rho / m); the
-    larger key budget wins (same mechanism, so strictly less noise), ties keep the split: the
-    result is never noisier than the split.
-    """
-    p = budget.sensitivity_norm
-    split = split_privacy(declaration, budget)
-    s = float(mechanism.sensitivity if sensitivity is None else sensitivity)
-    if declaration.joint_mass is None or declaration.keys_per_unit == 1:
-        return Calibration(SPLIT, split, s)  # m = 1: the split is the full budget already
-    j = joint_sensitivity(mechanism, p, declaration.joint_mass, declaration.keys_per_unit)
-    ratio = 1.0 if s >= j else (s / j) * (1.0 - _RATIO_MARGIN)
-    joint = (declaration.joint_share(ratio, rho=budget.rho) if p == 2
-             else declaration.joint_share(ratio, epsilon=budget.epsilon))
-    (name, share), = joint.items()
-    if share > split[name]:
-        return Calibration(JOINT, joint, s, j)
-    return Calibration(SPLIT, split, s, j)
-
-
-def full_privacy(budget: PrivacyBudget) -> dict:
-    """The whole budget in the mechanism's terms (epsilon for Laplace, rho for Gaussian)."""
-    return {"epsilon": budget.epsilon} if budget.noise == "laplace" else {"rho": budget.rho}
-
-
-def split_privacy(declaration: Declaration, budget: PrivacyBudget) -> dict:
-    """Each key's budget under the split: the total over the keys one unit can touch."""
-    return (declaration.budget_share(epsilon=budget.epsilon) if budget.noise == "laplace"
-            else declaration.budget_share(rho=budget.rho))
-
-
-def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declaration,
-                      metric: str = "max", noise: str = "discrete",
-                      max_state_bytes: Optional[int] = DEFAULT_MAX_STATE_BYTES_PER_KEY):
-    """(best, rows): every candidate's exact errors under the calibration it would be released
-    with (the split over `keys_per_unit`, or the joint one: `calibrate`), for the auto choice
-    and `pipelines.plan`. Each row's `calibration` says which; `best` is the lowest error among
-    the rows whose per-key state (`state_bytes`) fits `max_state_bytes` (None: no cap), `rows`
-    holds every candidate."""
-    if max_state_bytes is not None:
-        check_state_budget(max_state_bytes)
-    k, d = declaration.max_contributions, declaration.interval_bound
-    split = split_privacy(declaration, budget)
-    order = (lambda c: (c.max_se, c.mean_se)) if metric == "max" else (
-        lambda c: (c.mean_se, c.max_se))
-    if declaration.joint_mass is None or declaration.keys_per_unit == 1:
-        _, rows = choose(horizon, split, k, d, metric, noise=noise)
-        rows = [dataclasses.replace(r, calibration=SPLIT) for r in rows]
-        return min(within_budget(rows, max_state_bytes), key=order), rows
-    full = full_privacy(budget)
-    _, full_rows = choose(horizon, full, k, d, metric, noise=noise)
-    split_rows, rows = None, []
-    for row in full_rows:
-        probe = make(row.mechanism, horizon, **full, max_contributions=k, interval_bound=d,
-                     noise_source=ConstantNoiseSource(0.0), noise=noise, **row.params)
-        calibration = calibrate(probe, declaration, budget, row.sensitivity)
-        if calibration.kind == JOINT and calibration.key_privacy == full:
-            rows.append(dataclasses.replace(row, calibration=JOINT))
-        elif calibration.kind == JOINT:
-            rows += [dataclasses.replace(r, calibration=JOINT) for r in evaluate(
-                horizon, calibration.key_privacy, k, d,
-                specs=[(row.mechanism, dict(row.params))], noise=noise)]
-        else:
-            if split_rows is None:
-                split_rows = choose(horizon, split, k, d, metric, noise=noise)[1]
-            rows += [dataclasses.replace(r, calibration=SPLIT) for r in split_rows
-                     if r.mechanism == row.mechanism and r.params == row.params]
-    return min(within_budget(rows, max_state_bytes), key=order), rows
 
 
 class ContinualResult(NamedTuple):
@@ -149,7 +56,7 @@ class ContinualResult(NamedTuple):
     key_states: Any = None   # bounded input: (key, (sealed mechanism state, halt step))
 
 
-class _ContinualBase(beam.PTransform):
+class ContinualBase(beam.PTransform):
     """Shared construction, validation, display data and the release half of the pipeline."""
 
     def __init__(self, *, steps: TimeSteps, public_keys: Sequence, epsilon=None, rho=None,
@@ -161,8 +68,11 @@ class _ContinualBase(beam.PTransform):
                  release_delay_steps: int = 1,
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
-                 label: Optional[str] = None):
+                 label: Optional[str] = None, part_of: Optional[str] = None):
         super().__init__(label)
+        # a part of a composed release (`transforms.mean`): its composite claims, checks and
+        # guards the release and gives it its release id (`join`)
+        self.part_of = part_of
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
         self.steps = steps
@@ -317,24 +227,30 @@ class _ContinualBase(beam.PTransform):
                             "joint_mass": declaration.joint_mass},
             "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
         digest = descriptor_digest(self.descriptor)
-        if self._given_release_id is not None:
+        if self.part_of is not None:
+            self.release_id = self._given_release_id or "0" * 32  # until `join`
+        elif self._given_release_id is not None:
             self.release_id = self._given_release_id
         elif not self.private:
             self.release_id = derived_release_id(self.secret.secret_bytes(), digest)
         else:
             self.release_id = secrets.token_hex(16)
-        if not self.private:
+        if not self.private and self.part_of is None:
             logging.getLogger(__name__).warning(
                 "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
                 "and subtracted; records are marked private: false", self.release_id)
-        return ReleaseConfig(self.steps, name, tuple(sorted(params.items())),
-                             tuple(sorted(key_privacy.items())), tuple(sorted(total.items())),
-                             declaration.max_contributions, declaration.interval_bound,
-                             declaration.keys_per_unit, self.confidence, self.secret,
-                             self.release_delay_steps, self.release_id, digest, self.noise_kind,
-                             self.private, self.value_scale, self.diagnostics,
-                             resolved.integer_release, self._secret_fingerprint,
-                             self.noise_version)
+        return ReleaseConfig(
+            steps=self.steps, mechanism=name, params=tuple(sorted(params.items())),
+            key_privacy=tuple(sorted(key_privacy.items())),
+            total_privacy=tuple(sorted(total.items())),
+            max_contributions=declaration.max_contributions,
+            interval_bound=declaration.interval_bound,
+            keys_per_unit=declaration.keys_per_unit, confidence=self.confidence,
+            secret=self.secret, release_delay_steps=self.release_delay_steps,
+            release_id=self.release_id, descriptor_digest=digest, noise_kind=self.noise_kind,
+            private=self.private, value_scale=self.value_scale, diagnostics=self.diagnostics,
+            integer_values=resolved.integer_release,
+            secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version)
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,
@@ -352,6 +268,42 @@ class _ContinualBase(beam.PTransform):
                 STATE_BUDGET: self.max_state_bytes_per_key}
         data.update({k: v for k, v in dict(self.config.total_privacy).items()})
         return data
+
+    # ----- the release's interface (what the drivers read: run, schedule, report) -----
+    @property
+    def descriptor_digest(self) -> str:
+        """The digest of `descriptor` (claims and the scheduler's ledger carry it)."""
+        return self.config.descriptor_digest
+
+    @property
+    def resolved_mechanism(self) -> Tuple[Any, Any]:
+        """(mechanism, params) as resolved (auto's choice): what a continuation is built with
+        (`mechanism=`, `mechanism_params=`; the scheduler's ledger stores it)."""
+        return self.config.mechanism, dict(self.config.params)
+
+    @property
+    def budget_spent(self) -> dict:
+        """The release's whole budget (epsilon / rho / delta as resolved)."""
+        return {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
+
+    def summary(self) -> dict:
+        """What the release is, for run summaries (public, data-independent)."""
+        name, params = self.resolved_mechanism
+        return {"mechanism": name, "mechanism_params": params,
+                "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
+                "key_budget": self.descriptor["key_budget"]}
+
+    def plan_declarations(self) -> list:
+        """(label, descriptor) of each released stream, for `pipelines.plan` commands."""
+        return [("", self.descriptor)]
+
+    def join(self, release_id: str) -> None:
+        """A part takes its composite's release id (`part_of`; its noise is bound to the id
+        and to its own descriptor, so two parts never share noise)."""
+        if self.part_of is None:
+            check.fail("join", "called on a part of a composed release", type(self).__name__)
+        self.release_id = check_release_id(release_id)
+        self.config = dataclasses.replace(self.config, release_id=release_id)
 
     def _claim(self):
         """One transform object is one release: applying it twice would release two inputs with
@@ -413,7 +365,7 @@ class _ContinualBase(beam.PTransform):
         claims = self._claims
         claim = ClaimOnce(claims.path(self.release_id, window.first),
                           {"release_id": self.release_id, "steps": [window.first, window.stop],
-                           "descriptor_digest": self.config.descriptor_digest},
+                           "descriptor_digest": self.descriptor_digest},
                           f"steps {window.first} -> {window.stop} of release {self.release_id}",
                           precondition=NothingLater(claims, self.release_id, window.first))
         if window.first == 0:
@@ -457,11 +409,10 @@ class _ContinualBase(beam.PTransform):
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
-        self._check_continuation(window, events.pipeline)
+        if self.part_of is None:
+            self._check_continuation(window, events.pipeline)
         # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
-        compose = release_bounded if events.is_bounded else release_streaming
-        released = compose(events, self.problem, self.config, self.public_keys, window,
-                           self._resume_units, self._resume_keys, self.diagnostics)
+        released = self.release(events, window)
         # records: one per public key and step; bounded: the new unit states (unit, state)
         # and key states (key, (sealed bytes, halt step))
         dead = [d for d in released.dead_letters if d is not None]
@@ -486,6 +437,14 @@ class _ContinualBase(beam.PTransform):
                                unit_states, key_states)
 
 
+    def release(self, events, window: StepWindow) -> Released:
+        """The release of `window` (unclaimed, unguarded: `expand` adds both): one of the two
+        pipelines, by the input's boundedness."""
+        compose = release_bounded if events.is_bounded else release_streaming
+        return compose(events, self.problem, self.config, self.public_keys, window,
+                       self._resume_units, self._resume_keys, self.diagnostics)
+
+
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner", "TestDirectRunner")
 
@@ -508,7 +467,7 @@ def _across_keys(problem: CountProblem) -> CountProblem:
     return problem
 
 
-class ContinualCount(_ContinualBase):
+class ContinualCount(ContinualBase):
     """Running count per public key; elements (unit, key) timestamped with event time.
 
     Each unit (user) contributes at most `max_contributions_per_step` events per step and
@@ -528,7 +487,7 @@ class ContinualCount(_ContinualBase):
         return dataclasses.asdict(self.contribution_bounds)
 
 
-class ContinualSum(_ContinualBase):
+class ContinualSum(ContinualBase):
     """Running sum per public key; elements (unit, key, value); values clamped to
     [0, max_value], at most `max_contributions` value mass per unit over the horizon.
 
@@ -574,7 +533,7 @@ class ContinualSum(_ContinualBase):
                 "value_resolution": self.value_resolution}
 
 
-class ContinualCountDistinct(_ContinualBase):
+class ContinualCountDistinct(ContinualBase):
     """Distinct present items per key; elements (op, item, key), op '+' / '-'; item-level
     privacy with flippancy bound `max_flips` (S_{1,k})."""
 
@@ -594,7 +553,7 @@ class ContinualCountDistinct(_ContinualBase):
                 "semantics": self.semantics}
 
 
-class ContinualDegreeCount(_ContinualBase):
+class ContinualDegreeCount(ContinualBase):
     """Degree of every public node; elements (op, (a, b)); edge-level privacy with degree
     contribution bound `max_updates`; each node's counter gets half the budget (Cor. 6.15)."""
 
@@ -609,7 +568,7 @@ class ContinualDegreeCount(_ContinualBase):
         return {"max_updates": self.max_updates}
 
 
-class ContinualTriangleCount(_ContinualBase):
+class ContinualTriangleCount(ContinualBase):
     """Triangle count of one graph; elements (op, (a, b)). Private only for graph streams with
     maximum degree <= `max_degree` and triangle contribution <= `max_contribution`; the first
     violation halts the release (no record for that step or later) and goes to dead letters."""
@@ -629,7 +588,7 @@ class ContinualTriangleCount(_ContinualBase):
         return {"max_degree": self.max_degree, "max_contribution": self.max_contribution}
 
 
-class ContinualRelease(_ContinualBase):
+class ContinualRelease(ContinualBase):
     """Release already-computed difference values: elements (key, value) with event time; the
     caller declares that one protected unit changes each key's stream by a vector of S_{D,k}
     and touches at most `keys_per_unit` keys (no truncation is applied here).

@@ -16,13 +16,14 @@ REQUIRED = "<required>"
 @dataclasses.dataclass(frozen=True)
 class TransformSpec:
     name: str
-    class_name: str                 # in transforms.continual
+    class_name: str                 # in `module`
     shape: Tuple[Any, ...]          # element shape: role names, nested tuples for pairs
     bounds: Dict[str, Any]          # bound -> default (REQUIRED: must be given)
     numeric: Tuple[str, ...] = ()   # roles parsed as numbers
     single_key: Optional[str] = None  # the one public key of a transform without key lists
     summary: str = ""
     unit: str = ""                  # the protected unit (what one individual is)
+    module: str = "transforms.continual"  # where the class lives
 
     @property
     def roles(self) -> Tuple[str, ...]:
@@ -39,7 +40,7 @@ class TransformSpec:
         return build(self.shape)
 
     def transform_class(self):
-        return getattr(importlib.import_module("transforms.continual"), self.class_name)
+        return getattr(importlib.import_module(self.module), self.class_name)
 
 
 _COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
@@ -53,6 +54,12 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
                   numeric=("value",), summary="running sum of clamped values per key",
                   unit="user"),
+    TransformSpec("mean", "ContinualMean", ("unit", "key", "value"),
+                  {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None,
+                   "sum_share": None},
+                  numeric=("value",), summary="running mean of clamped values per key (noisy "
+                                              "sum / noisy count, Fieller interval)",
+                  unit="user", module="transforms.mean"),
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
                   summary="distinct present items per key (item-level)",

@@ -10,12 +10,14 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 from typing import Any, Optional, Protocol, Tuple
 
 import numpy as np
 
-from transforms.mechanisms import make
-from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, CounterState,
+from transforms import validation as check
+from transforms.mechanisms import NAMES, make
+from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, NOISE_KINDS, CounterState,
                                         counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
 from transforms.steps import TimeSteps
@@ -92,6 +94,40 @@ def check_release_id(release_id) -> str:
     return release_id
 
 
+_SECRET_METHODS = ("noise_source", "fingerprint", "secret_bytes", "describe")
+
+
+def _is_sha256_hex(text) -> bool:
+    """A SHA-256 digest as `hexdigest()` writes it: 64 lowercase hex digits."""
+    return isinstance(text, str) and len(text) == 64 and all(
+        c in "0123456789abcdef" for c in text)
+
+
+def _is_positive_finite(value) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
+            and math.isfinite(value) and value > 0)
+
+
+def _one_of_str(name: str, text, allowed) -> str:
+    """`one_of` for str fields: a value of another type is refused even when it compares equal."""
+    if not isinstance(text, str) or text not in allowed:
+        fail(name, "one of " + ", ".join(map(repr, allowed)), text)
+    return text
+
+
+def _named_pairs(name: str, value) -> Tuple[Tuple[str, Any], ...]:
+    """A dict frozen as `tuple(sorted(d.items()))`: (str, value) pairs, each name once, in
+    increasing name order (the one spelling of a dict, so equal configurations compare equal)."""
+    condition = "a tuple of (str, value) pairs sorted by name, each name once"
+    if not isinstance(value, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in value):
+        fail(name, condition, value)
+    names = [p[0] for p in value]
+    if any(a >= b for a, b in zip(names, names[1:])):
+        fail(name, condition, value)
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ReleaseConfig:
     """Everything a worker needs to rebuild the per-key mechanism (picklable, no secret)."""
@@ -118,6 +154,45 @@ class ReleaseConfig:
     # pickled by code before versions (a staged template run by newer workers) has none, and
     # `build` refuses it rather than derive another version's noise for its release
     noise_version: Optional[str] = None
+
+    def __post_init__(self):
+        """Refuse a field of the wrong type or value (fail closed: a worker builds the release
+        from these fields alone). Checks only, nothing resolved: the secret stays unresolved
+        (its methods are only looked up) and no field is converted."""
+        if not isinstance(self.steps, TimeSteps):
+            fail("steps", "a TimeSteps(origin, size, horizon)", self.steps)
+        _one_of_str("mechanism", self.mechanism, NAMES)
+        _named_pairs("params", self.params)
+        key_privacy = _named_pairs("key_privacy", self.key_privacy)
+        if len(key_privacy) != 1 or key_privacy[0][0] not in ("epsilon", "rho") \
+                or not _is_positive_finite(key_privacy[0][1]):
+            fail("key_privacy", "exactly one of (('epsilon', e),) or (('rho', r),), e or r a "
+                                "positive finite number", key_privacy)
+        _named_pairs("total_privacy", self.total_privacy)
+        for name in ("max_contributions", "interval_bound", "keys_per_unit"):
+            check.integer_at_least(name, getattr(self, name), 1)
+        check.open_unit_interval("confidence", self.confidence)
+        missing = [m for m in _SECRET_METHODS if not callable(getattr(self.secret, m, None))]
+        if missing:  # named by its type: the value itself may hold secret bytes
+            fail("secret", "a NoiseSecret (a SecretRef, or a test double with the methods "
+                           + ", ".join(_SECRET_METHODS) + ")",
+                 f"a {type(self.secret).__name__} without {', '.join(missing)}")
+        check.integer_at_least("release_delay_steps", self.release_delay_steps, 0)
+        check_release_id(self.release_id)
+        if not _is_sha256_hex(self.descriptor_digest):
+            fail("descriptor_digest", "64 lowercase hex digits (the release descriptor's "
+                                      "SHA-256)", self.descriptor_digest)
+        _one_of_str("noise_kind", self.noise_kind, NOISE_KINDS)
+        check.boolean("private", self.private)
+        check.positive_finite("value_scale", self.value_scale)
+        check.boolean("diagnostics", self.diagnostics)
+        check.boolean("integer_values", self.integer_values)
+        if self.secret_fingerprint is not None and not _is_sha256_hex(self.secret_fingerprint):
+            fail("secret_fingerprint", "None or 64 lowercase hex digits (a secret's "
+                                       "`fingerprint()`)", self.secret_fingerprint)
+        # None stays allowed here: `build` refuses it, with the reason (see the field)
+        if self.noise_version is not None:
+            _one_of_str("noise_version", self.noise_version, NOISE_VERSIONS)
 
     @property
     def release_binding(self) -> bytes:

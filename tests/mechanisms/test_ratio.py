@@ -8,9 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy import integrate, stats
 
-from transforms.mechanisms import make, ratio, tails
+from transforms.mechanisms import make, pivot, ratio
 from transforms.validation import ValidationError
 
 KEYS = 2000
@@ -169,75 +168,6 @@ def test_fieller_pieces():
                                                                 pytest.approx(3.0, abs=1e-3)),)
 
 
-def _integral(f):
-    """int f over the real line, split at 0 (f has a kink there)."""
-    options = dict(epsabs=1e-13, epsrel=1e-13, limit=400)
-    return (integrate.quad(f, -np.inf, 0.0, **options)[0]
-            + integrate.quad(f, 0.0, np.inf, **options)[0])
-
-
-def test_laplace_quantile_against_closed_forms_and_quadrature():
-    """The Gil-Pelaez quantile: (1) forced on one equal-weight group, against the exact
-    closed form of `tails` (|P - 0.95| < 1e-10); (2) two Laplace terms b1 L1 - m b2 L2 and (3) a
-    Laplace plus a Gaussian, against scipy quadrature of the convolution (1e-8)."""
-    for n in (1, 2, 5, 12):
-        gamma = np.array([1.0 / math.sqrt(2 * n)])
-        q = ratio._standard_quantile(gamma, np.array([float(n)]), 0.0, 0.05) * math.sqrt(2 * n)
-        assert abs(2 * tails.laplace_sum_upper_tail(n, q) - 0.05) < 1e-10, n
-    b1, b2 = 3.0, 1.7
-    q = ratio._continuous_quantile((b2, b1), (1, 1), 0.0, 0.05)
-
-    def laplace_cdf(x, b):
-        return 0.5 * math.exp(x / b) if x < 0 else 1 - 0.5 * math.exp(-x / b)
-    inside = _integral(lambda x: math.exp(-abs(x) / b1) / (2 * b1)
-                       * (laplace_cdf(q - x, b2) - laplace_cdf(-q - x, b2)))
-    assert inside == pytest.approx(0.95, abs=1e-8)
-    assert ratio.truncation_bound((b2, b1), (1, 1), 0.0, q) <= ratio.TRUNCATION_TOLERANCE
-    sd = 2.5
-    q = ratio._continuous_quantile((b1,), (1,), sd * sd, 0.05)
-    inside = _integral(lambda x: math.exp(-abs(x) / b1) / (2 * b1)
-                       * (stats.norm.cdf((q - x) / sd) - stats.norm.cdf((-q - x) / sd)))
-    assert inside == pytest.approx(0.95, abs=1e-8)
-
-
-def test_pivot_quantile_gaussian_closed_form_and_slack():
-    s = ratio.StepNoise.of("gaussian", 3.0, [1.0])
-    c = ratio.StepNoise.of("gaussian", 4.0, [1.0])
-    assert ratio.pivot_quantile(s, c, 1.0) == pytest.approx(5 * tails.gaussian_quantile(0.05))
-    # discrete Laplace: the continuous quantile plus sum |w| (s) + |m| sum |w| (c)
-    dl = ratio.StepNoise.of("discrete_laplace", 10.0, [1.0, 1.0])
-    cl = ratio.StepNoise.of("discrete_laplace", 2.0, [1.0, 1.0, 1.0])
-    fl = ratio.StepNoise.of("laplace", 10.0, [1.0, 1.0])
-    gl = ratio.StepNoise.of("laplace", 2.0, [1.0, 1.0, 1.0])
-    assert ratio.pivot_quantile(dl, cl, -2.0) == pytest.approx(
-        ratio.pivot_quantile(fl, gl, -2.0) + 2 + 2 * 3, rel=1e-12)
-
-
-def test_discrete_laplace_coupling_is_exact_in_law():
-    """floor(t E1) - floor(t E2) is the discrete Laplace of scale t (the coupling the
-    conservative quantile rests on): its pmf against the sampler's exact pmf, 400k draws
-    (chi-square-free: each of P(0), P(+-1), P(+-5) within 5 sd; false-failure rate < 1e-5)."""
-    from transforms.mechanisms import discrete
-    t = 3.0
-    rng = np.random.default_rng(9)
-    e = rng.exponential(size=(2, 400_000))
-    x = np.floor(t * e[0]) - np.floor(t * e[1])
-    pmf = discrete.DiscreteSampler("discrete_laplace", t).pmf()
-    centre = (pmf.shape[0] - 1) // 2
-    for value in (0, 1, -1, 5, -5):
-        p = pmf[centre + value]
-        assert abs(np.mean(x == value) - p) < 5 * math.sqrt(p * (1 - p) / 400_000)
-
-
-def test_curve_is_verified_and_matches_exact():
-    s = ratio.StepNoise.of("laplace", 30.0, [1.0] * 3)
-    c = ratio.StepNoise.of("laplace", 3.0, [1.0] * 2)
-    curve = ratio.QuantileCurve(s, c, -2.0, 10.0)
-    assert curve.verified and curve.max_relative_error <= 1e-9
-    for m in (-2.0, -0.3, 0.0, 0.01, 4.2, 10.0):
-        assert curve(m) == pytest.approx(curve.exact(m), rel=1e-9)
-
-
 def test_unverified_curve_polishes_with_exact_quantiles(monkeypatch):
     """When the interpolant does not verify, boundaries are re-found with exact q(m): the same
     interval as the verified interpolant's (to 1e-8 of the range)."""
@@ -245,7 +175,7 @@ def test_unverified_curve_polishes_with_exact_quantiles(monkeypatch):
     c = ratio.StepNoise.of("laplace", 3.0, [1.0] * 3)
     releases = (np.array([500.0, 90.0, 1000.0]), np.array([100.0, 12.0, 101.0]))
     good = ratio.ratio_interval(*releases, s, c, -2.0, 10.0)
-    monkeypatch.setattr(ratio, "_INTERPOLATION_TOLERANCE", 0.0)
+    monkeypatch.setattr(pivot, "_INTERPOLATION_TOLERANCE", 0.0)
     curve = ratio.QuantileCurve(s, c, -2.0, 10.0)
     assert not curve.verified
     polished = ratio.ratio_interval(*releases, s, c, -2.0, 10.0, curve=curve)

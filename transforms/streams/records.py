@@ -27,7 +27,7 @@ class Declaration:
     Each public key's difference stream changes by a vector of S_{D,k} (`interval_bound` D,
     `max_contributions` k), and one unit touches at most `keys_per_unit` keys m.
 
-    Two calibrations over the keys (`transforms.continual.calibrate` takes the one with less
+    Two calibrations over the keys (`transforms.calibration.calibrate` takes the one with less
     noise for the mechanism at hand, never more than the split):
     - "split" (valid for any m keys): each key's counter gets 1/m of the budget (epsilon / m
       under pure DP, rho / m under zCDP) and is calibrated to its own S_{D,k} sensitivity S;

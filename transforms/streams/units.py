@@ -221,6 +221,9 @@ class CountProblem(Problem):
             self._check_exact()
         self.limits = self.bounds.limits  # `truncate_step`'s, computed once (per event cost)
 
+    # the step's truncation rule (`count.truncate_step`; `MeanProblem` takes one of its parts)
+    truncate = staticmethod(truncate_step)
+
     def _check_exact(self):
         """Counts and grid sums are integers (in grid units): one unit's total (`used`, and so
         every per-step and per-key amount) and a clamped value must stay below 2^53, where
@@ -295,7 +298,7 @@ class CountProblem(Problem):
 
     def advance(self, unit, state, step, payloads):
         keys, out, dropped = list(state.keys), [], {}
-        used = truncate_step(self.limits, keys, state.used, step, payloads, out, dropped)
+        used = self.truncate(self.limits, keys, state.used, step, payloads, out, dropped)
         return StepResult(UnitState(used, tuple(keys)),
                           tuple((key, value) for key, _, value in out), None,
                           tuple(sorted(dropped.items())))
@@ -303,11 +306,11 @@ class CountProblem(Problem):
     def run(self, unit, state, by_step, steps):
         """`advance_unit` in one pass (no per-step objects; the same rule, so the same
         floats)."""
-        limits, keys, used = self.limits, list(state.keys), state.used
+        limits, keys, used, truncate = self.limits, list(state.keys), state.used, self.truncate
         out: List[Tuple[Any, int, float]] = []
         dropped: Dict[str, int] = {}
         for step in steps:
-            used = truncate_step(limits, keys, used, step, by_step.get(step, ()), out, dropped)
+            used = truncate(limits, keys, used, step, by_step.get(step, ()), out, dropped)
         run = UnitRun(UnitState(used, tuple(keys)), out)
         run.dropped.update(dropped)
         return run
@@ -319,7 +322,7 @@ class CountProblem(Problem):
         """`advance` on the state as the tuple (used, keys): the same tuple if nothing was
         admitted or taken."""
         keys = list(flat[1])
-        used = truncate_step(self.limits, keys, flat[0], step, payloads, out, dropped)
+        used = self.truncate(self.limits, keys, flat[0], step, payloads, out, dropped)
         if used == flat[0] and len(keys) == len(flat[1]):
             return flat
         return used, tuple(keys)
