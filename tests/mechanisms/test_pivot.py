@@ -42,22 +42,26 @@ def test_laplace_quantile_against_closed_forms_and_quadrature():
     assert inside == pytest.approx(0.95, abs=1e-8)
 
 
-def test_pivot_quantile_gaussian_closed_form_and_slack():
+def test_pivot_quantile_gaussian_closed_form_and_discrete_laplace_variance():
     s = pivot.StepNoise.of("gaussian", 3.0, [1.0])
     c = pivot.StepNoise.of("gaussian", 4.0, [1.0])
     assert pivot.pivot_quantile(s, c, 1.0) == pytest.approx(5 * tails.gaussian_quantile(0.05))
-    # discrete Laplace: the continuous quantile plus sum |w| (s) + |m| sum |w| (c)
-    dl = pivot.StepNoise.of("discrete_laplace", 10.0, [1.0, 1.0])
-    cl = pivot.StepNoise.of("discrete_laplace", 2.0, [1.0, 1.0, 1.0])
-    fl = pivot.StepNoise.of("laplace", 10.0, [1.0, 1.0])
-    gl = pivot.StepNoise.of("laplace", 2.0, [1.0, 1.0, 1.0])
+    # discrete Laplace: the Laplace quantile at the node scale of the exact discrete variance
+    def variance(t):  # of a discrete Laplace of scale t: 2p / (1 - p)^2, p = exp(-1/t)
+        p = math.exp(-1.0 / t)
+        return 2 * p / (1 - p) ** 2
+    dl = pivot.StepNoise.of("discrete_laplace", 10.0, [1.0, 1.0], variance=2 * variance(10.0))
+    cl = pivot.StepNoise.of("discrete_laplace", 2.0, [1.0] * 3, variance=3 * variance(2.0))
+    fl = pivot.StepNoise.of("laplace", math.sqrt(variance(10.0) / 2), [1.0, 1.0])
+    gl = pivot.StepNoise.of("laplace", math.sqrt(variance(2.0) / 2), [1.0] * 3)
     assert pivot.pivot_quantile(dl, cl, -2.0) == pytest.approx(
-        pivot.pivot_quantile(fl, gl, -2.0) + 2 + 2 * 3, rel=1e-12)
+        pivot.pivot_quantile(fl, gl, -2.0), rel=1e-12)
+    assert variance(2.0) < 2 * 2.0 ** 2  # smaller than the continuous law's: not the same q
 
 
 def test_discrete_laplace_coupling_is_exact_in_law():
-    """floor(t E1) - floor(t E2) is the discrete Laplace of scale t (the coupling the
-    conservative quantile rests on): its pmf against the sampler's exact pmf, 400k draws
+    """floor(t E1) - floor(t E2) is the discrete Laplace of scale t (the coupling the pivot
+    module's argument for its discrete law rests on): its pmf against the sampler's exact pmf, 400k draws
     (chi-square-free: each of P(0), P(+-1), P(+-5) within 5 sd; false-failure rate < 1e-5)."""
     from transforms.mechanisms import discrete
     t = 3.0

@@ -22,7 +22,7 @@ the set's hull, which can only add coverage).
 
 The pivot's law and its quantile q(m), per node-noise kind, are in `pivot`: exact for Gaussian
 noise (closed form) and for Laplace noise (numerical inversion of the characteristic function),
-conservative for discrete Laplace noise, approximate for discrete Gaussian noise.
+approximate for discrete noise (the continuous law of the discrete law's exact variance).
 
 The set {m : |S^ - m C^| <= q(m)} may fail to be an interval in pathological cases (C^ small
 compared with its noise: like Fieller's unbounded/two-ray sets); `ratio_interval` returns its
@@ -91,8 +91,8 @@ class RatioInterval:
     sqrt(Vs + m^2 Vc) / C^ at m = estimate, capped at (max_value - min_value) / 2 (the largest
     standard deviation of anything in the range; the cap also applies when C^ <= 0).
     `whole`: the interval is the whole range. `empty`: the test-inversion set was empty
-    (probability <= 1 - level): low = high = the least-rejected value. `quality`: 'exact',
-    'conservative' or 'approximate' (the worse of the two laws')."""
+    (probability <= 1 - level): low = high = the least-rejected value. `quality`: 'exact'
+    or 'approximate' (the worse of the two laws')."""
     estimate: object
     low: object
     high: object
@@ -154,7 +154,7 @@ def ratio_interval(sum_release, count_release, sum_noise: StepNoise, count_noise
     s, c = np.broadcast_arrays(np.atleast_1d(s), np.atleast_1d(c))
     s, c = s.reshape(-1).astype(np.float64), c.reshape(-1).astype(np.float64)
     quality = max(sum_noise.quality, count_noise.quality,
-                  key=("exact", "conservative", "approximate").index)
+                  key=("exact", "approximate").index)
     estimate = np.asarray(ratio_estimate(s, c, low, high)).reshape(-1)
     cap = 0.5 * (high - low)
     delta = np.sqrt(sum_noise.variance + estimate ** 2 * count_noise.variance)
