@@ -5,6 +5,7 @@ privacy budget and contribution bounds, and the recommendation.
         [--max-contributions k] [--interval-bound D] [--max-keys-per-unit m [--split]]
         [--metric max|mean] [--noise discrete|float] [--max-state-bytes-per-key B]
         [--top N] [--json]
+    python3 -m pipelines.plan ... --mean-max-value V [--value-resolution g] [--sum-share w]
 
 With m > 1 keys per unit, each row is calibrated as the release would be: jointly (a unit's k
 caps its total over all keys, as ContinualCount/ContinualSum declare: each key keeps the full
@@ -14,6 +15,12 @@ CountDistinct and DegreeCount), budget / m per key.
 Rows whose only difference is an option with no effect at this horizon (e.g. `sparsify` when
 no node is unused) are shown once, with that option marked `either`; an option that changes
 the error keeps only its better value.
+
+With --mean-max-value V it plans a ContinualMean (values clamped to [0, V], at most k events
+per unit): the split of the budget between its sum and count parts (the default minimises the
+mean's delta-method variance at the worst-case mean: 1/2), each part's table at its share (the
+sum part in value-grid units g, default V / 100 with discrete noise), and the mean's standard
+error times a key's count C at that mean.
 
 The `state` column is one key's sealed mechanism state at the end of the horizon (bytes of Beam
 state per key, and of each key's line in the scheduler's checkpoints, there about twice as
@@ -103,6 +110,14 @@ def parser() -> argparse.ArgumentParser:
                         "max_state_bytes_per_key); rows over it are marked and never "
                         f"recommended (at least {MIN_STATE_BYTES_PER_KEY}: what every tree "
                         "keeps)")
+    p.add_argument("--mean-max-value", type=_positive_float("mean-max-value"),
+                   help="V: plan a ContinualMean of values clamped to [0, V] (k: events per "
+                        "unit)")
+    p.add_argument("--value-resolution", type=_positive_float("value-resolution"),
+                   help="g: the mean's value grid (default V / 100 with discrete noise)")
+    p.add_argument("--sum-share", type=_positive_float("sum-share", below_one=True),
+                   help="the mean's sum part's share of the budget (default: the worst-case "
+                        "optimum)")
     p.add_argument("--top", type=_positive_int("top"),
                    help="print only the N best rows (default: all)")
     p.add_argument("--json", action="store_true",
@@ -166,6 +181,81 @@ def calibrated_rows(args, privacy: dict):
                              max_state_bytes=args.max_state_bytes_per_key)
 
 
+def mean_parts(args, privacy: dict) -> dict:
+    """A ContinualMean's parts as `calibrated_rows` plans them: {part: (args, privacy)}, and
+    the split (`ratio.best_split`, or --sum-share)."""
+    from transforms.accountant import part_kwargs, share_budget
+    from transforms.mechanisms.privacy import PrivacyBudget
+    from transforms.mechanisms.ratio import best_split
+    if args.interval_bound != 1:
+        raise _UsageError(f"`interval-bound` must be left out with --mean-max-value (the mean's "
+                          f"parts declare theirs); got {args.interval_bound}.")
+    value, grid = args.mean_max_value, args.value_resolution
+    if grid is None and args.noise == "discrete":
+        grid = value / 100.0
+    if grid is not None and grid > value:
+        raise _UsageError(f"`value-resolution` must be <= mean-max-value ({value:g}); got "
+                          f"{grid:g}.")
+    budget = PrivacyBudget.resolve(**privacy)
+    split = best_split(0.0, value, budget.noise)
+    share = split.sum_share if args.sum_share is None else args.sum_share
+    budgets = share_budget(budget, {"sum": share, "count": 1.0 - share})
+    k = args.max_contributions
+    cap = value if grid is None else math.floor(value / grid + 0.5)
+    mass = math.ceil(k * cap)  # transforms.streams.mean.MeanProblem's declaration
+    parts = {"sum": (_with(args, max_contributions=mass, interval_bound=mass),
+                     part_kwargs(budgets["sum"])),
+             "count": (_with(args, interval_bound=k), part_kwargs(budgets["count"]))}
+    return {"parts": parts, "sum_share": share, "grid": grid,
+            "split": "configured (--sum-share)" if args.sum_share is not None else
+            f"{split.formula} at m = {split.reference_mean:g} (the worst case)"}
+
+
+def _with(args, **changes):
+    copy = argparse.Namespace(**vars(args))
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
+
+
+def plan_mean(args, privacy: dict) -> int:
+    """`main` for --mean-max-value: the split, each part's recommendation, the mean's error."""
+    plan = mean_parts(args, privacy)
+    chosen = {}
+    for part, (part_args, part_privacy) in plan["parts"].items():
+        chosen[part] = calibrated_rows(part_args, part_privacy)[0]
+    grid = plan["grid"] or 1.0
+    value = args.mean_max_value
+    sum_se, count_se = chosen["sum"].max_se * grid, chosen["count"].max_se
+    # delta method: sd(S^ / C^) ~ sqrt(Vs + m^2 Vc) / C, at the worst-case mean m = V
+    times_count = math.sqrt(sum_se ** 2 + value ** 2 * count_se ** 2)
+    if args.json:
+        print(json.dumps({
+            "horizon": args.horizon, "privacy": privacy, "transform": "mean",
+            "max_contributions": args.max_contributions, "max_value": value,
+            "value_resolution": plan["grid"], "sum_share": plan["sum_share"],
+            "split": plan["split"],
+            "parts": {part: {"privacy": plan["parts"][part][1], "recommended": row.row()}
+                      for part, row in chosen.items()},
+            "mean_se_times_count": times_count}, indent=2))
+        return 0
+    spent = ", ".join(f"{k}={v}" for k, v in privacy.items())
+    print(f"ContinualMean, T = {args.horizon}, {spent}, at most {args.max_contributions} events "
+          f"per unit, values clamped to [0, {value:g}]"
+          + (f" on a grid of {plan['grid']:g}" if plan["grid"] else "") + ":")
+    print(f"  budget split: sum part {plan['sum_share']:.4g}, count part "
+          f"{1 - plan['sum_share']:.4g} ({plan['split']})")
+    for part, row in chosen.items():
+        shown = {k: v for k, v in row.params.items() if not isinstance(v, list)}
+        unit = " (values)" if part == "sum" else ""
+        scale = grid if part == "sum" else 1.0
+        print(f"  {part} part at {plan['parts'][part][1]}: {row.mechanism} {shown}, MaxSE "
+              f"{row.max_se * scale:.3f}{unit}")
+    print(f"  the mean's standard error at the worst-case mean {value:g}: about "
+          f"{times_count:.3f} / C for a key whose count is C (delta method)")
+    return 0
+
+
 def state_cell(row, budget: int, noise: str) -> str:
     """The `state` column: bytes per key, what else the mechanism holds, and the budget mark."""
     note = memory_note(row.mechanism, noise)
@@ -179,6 +269,11 @@ def main(argv=None) -> int:
         privacy = privacy_from(args)
         if args.horizon > 1 << 24:
             raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
+        if args.mean_max_value is not None:
+            return plan_mean(args, privacy)
+        if args.value_resolution is not None or args.sum_share is not None:
+            raise _UsageError("`value-resolution` and `sum-share` must come with "
+                              "--mean-max-value; got them without it.")
         best, rows = calibrated_rows(args, privacy)
     except (_UsageError, ValueError) as error:
         message = str(error)

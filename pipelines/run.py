@@ -32,7 +32,6 @@ from pipelines.checkpoints import read_json, write_text
 from transforms import registry
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
 from transforms.secret import SecretRef
-from transforms.steps import TimeSteps
 
 def runner_of(beam_args) -> str:
     for i, arg in enumerate(beam_args):
@@ -226,6 +225,21 @@ def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
         budget = f"--epsilon {total['epsilon']:g}"
     else:
         budget = f"--rho {total['rho']:g}"
+    state = (f" --max-state-bytes-per-key {max_state_bytes_per_key}"
+             if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY) else "")
+    noise = " --noise float" if descriptor["noise"] in ("laplace", "gaussian") else ""
+    if "parts" in descriptor:  # a mean: its split and both parts' tables (pipelines.plan)
+        bounds = descriptor["bounds"]
+        grid = bounds.get("value_resolution")
+        default_grid = None if noise else bounds["max_value"] / 100.0
+        return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
+                f"--max-contributions {bounds['max_contributions']} "
+                f"--mean-max-value {bounds['max_value']:g}"
+                + (f" --max-keys-per-unit {bounds['max_keys_per_unit']}"
+                   if bounds["max_keys_per_unit"] > 1 else "")
+                + (f" --value-resolution {grid:g}" if grid != default_grid else "")
+                + (f" --sum-share {descriptor['sum_share']:g}"
+                   if descriptor.get("split") == "configured" else "") + noise + state)
     declaration = descriptor["declaration"]
     keys = declaration["keys_per_unit"]
     return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
@@ -233,10 +247,7 @@ def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
             f"--interval-bound {declaration['interval_bound']}"
             + (f" --max-keys-per-unit {keys}" if keys > 1 else "")
             + (" --split" if keys > 1 and declaration.get("joint_mass") is None else "")
-            + (" --noise float" if descriptor["noise"] in ("laplace", "gaussian") else "")
-            + (f" --max-state-bytes-per-key {max_state_bytes_per_key}"
-               if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY)
-               else ""))
+            + noise + state)
 
 
 def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:

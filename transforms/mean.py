@@ -182,7 +182,7 @@ class ContinualMean(ContinualBase):
                                for part, p in self.parts.items()}}
 
     def plan_declarations(self) -> list:
-        return [(part, self.parts[part].descriptor) for part in PARTS]
+        return [("", self.descriptor)]  # `pipelines.plan --mean-max-value` plans both parts
 
     def display_data(self):
         data = {f"{part}_{k}": v for part, p in self.parts.items()

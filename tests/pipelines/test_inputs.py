@@ -52,3 +52,28 @@ def test_jsonl_csv_and_parquet_inputs_give_the_same_records(tmp_path):
     assert len(from_jsonl) == 3 * 48
     assert from_jsonl == from_csv == from_parquet
     assert [d["reason"] for d in dead] == ["invalid CSV line: 2 columns, the header has 3"]
+
+
+def test_a_mean_reads_jsonl_and_parquet_into_the_same_records(tmp_path):
+    """ContinualMean (two parts over one truncation) from the Arrow batches of a Parquet file
+    and from JSON lines: the same records, value and interval, for the same insecure seed."""
+    rows = [json.loads(line) for line in
+            open(os.path.join(job_config.DEMO_DIR, "active_users.jsonl"))]
+    parquet_path = tmp_path / "views.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet_path)
+    out = {}
+    for name, path, fmt in (("a", "demo:active_users.jsonl", "jsonl"),
+                            ("b", str(parquet_path), "parquet")):
+        config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
+        config["input"]["path"], config["input"]["format"] = path, fmt
+        config["steps"]["horizon"] = 12
+        config["output"] = {"path": str(tmp_path / name), "formats": ["jsonl"]}
+        config["secret"] = {"seed": 2026, "insecure": True}
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(yaml.safe_dump(config))
+        assert job_run.main(["--config", str(job)]) == 0
+        out[name] = sorted((r["key"], r["step"], r["value"], r["ci_low"], r["ci_high"])
+                           for f in glob.glob(str(tmp_path / name / "mean-seconds" /
+                                                  "records-*.jsonl"))
+                           for r in map(json.loads, open(f)))
+    assert len(out["a"]) == 6 * 12 and out["a"] == out["b"]

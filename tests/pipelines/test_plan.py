@@ -97,3 +97,30 @@ def test_top_prints_only_the_best_rows(capsys):
     code, out, _ = run(capsys, "--horizon", "1000", "--rho", "0.5", "--top", "3")
     table = out.split("state\n", 1)[1].split("\n\n")[0].strip().splitlines()
     assert code == 0 and len(table) == 3
+
+
+def test_a_mean_plan_is_what_the_mean_job_runs(capsys):
+    """The plan command a ContinualMean job prints gives the job's budget split and both
+    parts' mechanisms (auto picked each from its part's table at its share)."""
+    import os
+    import shlex
+
+    from pipelines import config as job_config
+    from pipelines import run as job_run
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    job = job_config.load(os.path.join(root, "configs", "mean_seconds.yaml"))
+    for changes in ({}, {"privacy": job_config.PrivacySpec(rho=0.5)},
+                    {"bounds": dict(job.bounds, sum_share=0.3, max_keys_per_unit=2)}):
+        variant = job.replace(secret=job_config.SecretSpec(seed=1, insecure=True), **changes)
+        transform = job_run.build_transform(variant)
+        command = job_run.plan_commands(transform)
+        code, out, _ = run(capsys, *shlex.split(command)[3:], "--json")
+        data = json.loads(out)
+        assert code == 0 and data["sum_share"] == transform.descriptor["sum_share"]
+        names, params = transform.resolved_mechanism
+        for part in ("sum", "count"):
+            recommended = data["parts"][part]["recommended"]
+            assert recommended["mechanism"] == names[part]
+            assert {k: v for k, v in recommended["params"].items()} == params[part]
+    code, _, err = run(capsys, "--horizon", "8", "--epsilon", "1", "--sum-share", "0.5")
+    assert code == 2 and "must come with --mean-max-value" in err

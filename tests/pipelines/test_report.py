@@ -144,3 +144,29 @@ def test_without_a_descriptor_the_records_still_refuse_a_shorter_horizon(tmp_pat
     assert report.main(["--input", str(lonely), "--out", str(tmp_path / "r"),
                         "--truth-config", shorter]) == 2
     assert "its records reach step 5); got a horizon of 4." in capsys.readouterr().err
+
+
+def test_a_mean_release_reports_against_its_exact_truncated_mean(tmp_path, capsys):
+    """`report --truth-config` on a ContinualMean: the truth is the zero-noise mean of the
+    same truncation (checked equal to the exact mean in tests/test_mean.py); a config with
+    another max_value is refused."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 6
+    release = tmp_path / "mean.yaml"
+    release.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(release)]) == 0
+    folder = str(tmp_path / "out" / "mean-seconds")
+    rows = report.read_records(folder)
+    truth = report.true_totals(str(release), rows, report.release_descriptor(folder))
+    assert set(truth) == {r["key"] for r in rows} and all(len(v) == 6 for v in truth.values())
+    assert all(0.0 <= v <= 300.0 for values in truth.values() for v in values)
+    assert report.main(["--input", folder, "--out", str(tmp_path / "r"),
+                        "--truth-config", str(release)]) == 0
+    config["bounds"] = dict(config["bounds"], max_value=200)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert report.main(["--input", folder, "--out", str(tmp_path / "r"),
+                        "--truth-config", str(other)]) == 2
+    assert "must describe the release it is compared with (its bounds" in capsys.readouterr().err
