@@ -159,7 +159,9 @@ def main(argv=None) -> int:
         job = job_config.load(args.config)
         if job.transform not in ("count", "sum", "count_distinct", "degree_count"):
             fail("transform", "one with contribution caps (count, sum, count_distinct, "
-                              "degree_count)", job.transform)
+                              "degree_count; a mean's caps are a count's: run caps on its "
+                              "config with `transform: count` and the value field left out)",
+                 job.transform)
         if args.sample_units < 1:
             fail("sample-units", "an integer >= 1", args.sample_units)
         varied = parse_vary(args.vary, job)

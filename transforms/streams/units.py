@@ -7,7 +7,7 @@ Every problem (count / sum, count-distinct, degree, triangles, declared values) 
   where contributions are (public key, value) changes of the keys' difference streams at `step`.
 `advance_unit` is the reference loop over steps (the batch drivers in `difference.py` run it);
 `Problem.run` is what both Beam pipelines and the scheduler run: `advance_unit`, unless a
-problem loops faster over the same rule (counts, entities; tests/test_stages.py checks they
+problem loops faster over the same rule (counts, entities; tests/test_bounded.py checks they
 are equal bit for bit). Payloads of a step reach `advance` in a fixed order (the Beam layer sorts them by event time, then canonically), so
 the outcome never depends on bundle order. Imports no Beam.
 """
