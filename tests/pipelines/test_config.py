@@ -123,8 +123,8 @@ def test_every_bundled_config_is_valid():
     configs = glob.glob("configs/*.yaml")
     assert len(configs) >= 6
     transforms = {load(path).transform for path in configs}
-    assert transforms == {"count", "sum", "count_distinct", "degree_count", "triangle_count",
-                          "release"}
+    assert transforms == {"count", "sum", "mean", "count_distinct", "degree_count",
+                          "triangle_count", "release"}
 
 
 def test_bundled_configs_load_by_name_and_equal_their_files():
