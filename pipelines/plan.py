@@ -18,9 +18,10 @@ the error keeps only its better value.
 
 With --mean-max-value V it plans a ContinualMean (values clamped to [0, V], at most k events
 per unit): the split of the budget between its sum and count parts (the default minimises the
-mean's delta-method variance at the worst-case mean: 1/2), each part's table at its share (the
-sum part in value-grid units g, default V / 100 with discrete noise), and the mean's standard
-error times a key's count C at that mean.
+mean's delta-method variance at the worst-case mean: 1/2), each part's recommendation at its
+share and half the per-key state budget (a key holds one state per part; the sum part in
+value-grid units g, default V / 100 with discrete noise), and the mean's standard error times a
+key's count C at that mean.
 
 The `state` column is one key's sealed mechanism state at the end of the horizon (bytes of Beam
 state per key, and of each key's line in the scheduler's checkpoints, there about twice as
@@ -203,9 +204,15 @@ def mean_parts(args, privacy: dict) -> dict:
     k = args.max_contributions
     cap = value if grid is None else math.floor(value / grid + 0.5)
     mass = math.ceil(k * cap)  # transforms.streams.mean.MeanProblem's declaration
-    parts = {"sum": (_with(args, max_contributions=mass, interval_bound=mass),
-                     part_kwargs(budgets["sum"])),
-             "count": (_with(args, interval_bound=k), part_kwargs(budgets["count"]))}
+    state = args.max_state_bytes_per_key // 2  # a key's two states share the budget
+    if state < MIN_STATE_BYTES_PER_KEY:
+        raise _UsageError(f"`max-state-bytes-per-key` must be >= {2 * MIN_STATE_BYTES_PER_KEY} "
+                          f"for a mean (a key holds one state per part); got "
+                          f"{args.max_state_bytes_per_key}.")
+    parts = {"sum": (_with(args, max_contributions=mass, interval_bound=mass,
+                           max_state_bytes_per_key=state), part_kwargs(budgets["sum"])),
+             "count": (_with(args, interval_bound=k, max_state_bytes_per_key=state),
+                       part_kwargs(budgets["count"]))}
     return {"parts": parts, "sum_share": share, "grid": grid,
             "split": "configured (--sum-share)" if args.sum_share is not None else
             f"{split.formula} at m = {split.reference_mean:g} (the worst case)"}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import doctest
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ def test_doctests():
                                     {"epsilon": 2.0, "delta": 1e-7}])
 def test_shares_never_compose_to_more_than_the_total(budget):
     """10,000 random splits into 2 to 4 parts: the parts' events compose (sequential
-    composition) to at most the total, and lose at most a few ulps of it."""
+    composition) to at most the total, exactly (not only after float rounding), and lose at
+    most a few ulps of it."""
     total = PrivacyBudget.resolve(**budget)
     rng = np.random.default_rng(4)
     for _ in range(10_000):
@@ -33,12 +35,14 @@ def test_shares_never_compose_to_more_than_the_total(budget):
             continue
         parts = share_budget(total, shares)
         if total.noise == "laplace":
-            spent = compose(PureDp(p.epsilon) for p in parts.values()).epsilon
-            assert spent <= total.epsilon and spent >= total.epsilon * (1 - 1e-14)
+            amounts, whole = [p.epsilon for p in parts.values()], total.epsilon
+            assert compose(PureDp(a) for a in amounts).epsilon <= whole
         else:
-            spent = compose(Zcdp(p.rho) for p in parts.values()).rho
-            assert spent <= total.rho and spent >= total.rho * (1 - 1e-14)
+            amounts, whole = [p.rho for p in parts.values()], total.rho
+            assert compose(Zcdp(a) for a in amounts).rho <= whole
             assert all(p.epsilon is None and p.delta is None for p in parts.values())
+        exact = sum(map(Fraction, amounts))  # in exact arithmetic, not only rounded
+        assert exact <= Fraction(whole) and exact >= Fraction(whole) * (1 - Fraction(1, 10**14))
 
 
 def test_an_epsilon_delta_budget_shares_its_rho():

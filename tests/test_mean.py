@@ -191,3 +191,34 @@ def test_a_private_mean_needs_claims_like_any_release(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^`claims` must be a folder"):
         with beam.Pipeline(runner="FnApiRunner") as pipeline:
             _ = pipeline | beam.Create([]) | mean
+
+
+def test_a_part_is_never_applied_on_its_own_unclaimed(monkeypatch):
+    """A private mean's part applied alone (its composite's id, no claim) would publish the
+    mean's noise on other data: refused like any unclaimed private release; a part whose
+    composite never gave it an id is refused too."""
+    import apache_beam as beam
+    from transforms import ContinualCount
+    monkeypatch.setenv("DP_MEAN_SECRET", "cd" * 32)
+    mean = ContinualMean(steps=STEPS, public_keys=["a"], epsilon=1.0, max_value=MAX_VALUE,
+                         secret=SecretRef(env="DP_MEAN_SECRET"))
+    for part in mean.parts.values():
+        with pytest.raises(ValueError, match=r"^`claims` must be a folder"):
+            with beam.Pipeline(runner="FnApiRunner") as pipeline:
+                _ = pipeline | beam.Create([]) | part
+    orphan = ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0, part_of="x",
+                            secret=SecretRef(env="DP_MEAN_SECRET"))
+    with pytest.raises(ValueError, match=r"^`transform` must be a part applied by its "):
+        with beam.Pipeline(runner="FnApiRunner") as pipeline:
+            _ = pipeline | beam.Create([]) | orphan
+
+
+def test_a_keys_two_states_share_the_state_budget():
+    mean = ContinualMean(steps=TimeSteps(ORIGIN, 60.0, 4096), public_keys=["a"], rho=1.0,
+                         max_value=MAX_VALUE, max_state_bytes_per_key=20_000, **ZERO)
+    assert mean.state_bytes_per_key <= 20_000
+    assert all(p.max_state_bytes_per_key == 10_000 for p in mean.parts.values())
+    with pytest.raises(ValueError, match=r"^`max_state_bytes_per_key` must be an integer >= "
+                                         r"66 for a mean"):
+        ContinualMean(steps=STEPS, public_keys=["a"], rho=1.0, max_value=MAX_VALUE,
+                      max_state_bytes_per_key=40, **ZERO)

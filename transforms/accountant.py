@@ -10,6 +10,7 @@ zCDP (`PrivacyBudget.resolve`), so its rho is what is shared. Imports no Beam.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Dict, Mapping
 
 from transforms import validation as check
@@ -43,8 +44,10 @@ def share_budget(budget: PrivacyBudget, shares: Mapping[str, float]
     values = {name: amount * share for name, share in shares.items()}
     last = list(values)[-1]
     # rounding: the last part gives up ulps until the parts compose to at most the total
-    while _amount(compose(_event(budget, v) for v in values.values())) > amount:
+    # exactly (fractions: a correctly rounded float sum may still hide half an ulp over)
+    while sum(map(Fraction, values.values())) > Fraction(amount):
         values[last] = math.nextafter(values[last], 0.0)
+    compose(_event(budget, v) for v in values.values())  # one kind of event: they compose
     return {name: (PrivacyBudget(budget.noise, epsilon=value) if budget.noise == LAPLACE
                    else PrivacyBudget(budget.noise, rho=value))
             for name, value in values.items()}
@@ -58,6 +61,3 @@ def part_kwargs(budget: PrivacyBudget) -> dict:
 def _event(budget: PrivacyBudget, value: float):
     return PureDp(value) if budget.noise == LAPLACE else Zcdp(value)
 
-
-def _amount(event) -> float:
-    return event.epsilon if isinstance(event, PureDp) else event.rho

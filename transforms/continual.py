@@ -48,6 +48,9 @@ from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProbl
                                       EntityProblem, Problem, TriangleProblem)
 
 
+UNJOINED = "0" * 32  # the release id of a part until its composite gives it its own
+
+
 class ContinualResult(NamedTuple):
     """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
@@ -228,7 +231,7 @@ class ContinualBase(beam.PTransform):
             "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
         digest = descriptor_digest(self.descriptor)
         if self.part_of is not None:
-            self.release_id = self._given_release_id or "0" * 32  # until `join`
+            self.release_id = self._given_release_id or UNJOINED  # until `join`
         elif self._given_release_id is not None:
             self.release_id = self._given_release_id
         elif not self.private:
@@ -409,20 +412,22 @@ class ContinualBase(beam.PTransform):
     def expand(self, events):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
-        if self.part_of is None:
-            self._check_continuation(window, events.pipeline)
+        if self.part_of is not None and self.release_id == UNJOINED:
+            check.fail("transform", "a part applied by its composite (a part takes its release "
+                                    "id from it)", type(self).__name__)
+        self._check_continuation(window, events.pipeline)
+        passed = None  # the singleton of the window's claim: nothing leaves before it
+        if isinstance(self._claims, Claimed):  # claimed by the caller, for all its writes
+            passed = self._claims.passed
+        elif self._claims is not None:
+            passed = self._claim_window(events.pipeline, window)
         # timestamped elements, or EventBatches (`transforms.arrow_input`, bounded input)
-        released = self.release(events, window)
+        released = self.release(events, window, passed)
         # records: one per public key and step; bounded: the new unit states (unit, state)
         # and key states (key, (sealed bytes, halt step))
         dead = [d for d in released.dead_letters if d is not None]
         records, unit_states, key_states = (released.records, released.unit_states,
                                             released.key_states)
-        passed = None
-        if isinstance(self._claims, Claimed):  # claimed by the caller, for all its writes
-            passed = self._claims.passed
-        elif self._claims is not None:  # nothing leaves the transform before its window's claim
-            passed = self._claim_window(events.pipeline, window)
         if passed is not None:
             records = guarded(records, passed, "ClaimedRecords")
             if unit_states is not None:
@@ -436,10 +441,10 @@ class ContinualBase(beam.PTransform):
         return ContinualResult(records, dead | "DeadLetters" >> beam.Flatten(),
                                unit_states, key_states)
 
-
-    def release(self, events, window: StepWindow) -> Released:
-        """The release of `window` (unclaimed, unguarded: `expand` adds both): one of the two
-        pipelines, by the input's boundedness."""
+    def release(self, events, window: StepWindow, passed=None) -> Released:
+        """The release of `window` (unguarded: `expand` guards it with `passed`, the claim's
+        singleton, or None when nothing claims): one of the two pipelines, by the input's
+        boundedness."""
         compose = release_bounded if events.is_bounded else release_streaming
         return compose(events, self.problem, self.config, self.public_keys, window,
                        self._resume_units, self._resume_keys, self.diagnostics)

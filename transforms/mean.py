@@ -35,6 +35,9 @@ from transforms import validation as check
 from transforms.accountant import part_kwargs, share_budget
 from transforms.continual import ContinualBase
 from transforms.mechanisms import NAMES, ConstantNoiseSource, make
+from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
+                                           MIN_STATE_BYTES_PER_KEY, STATE_BUDGET,
+                                           check_state_budget)
 from transforms.mechanisms.ratio import QuantileCurve, best_split, ratio_interval, step_noise
 from transforms.messages import Released
 from transforms.release import derived_release_id, descriptor_digest, public_key_digest
@@ -46,6 +49,7 @@ _FORWARDED = ("steps", "public_keys", "confidence", "secret", "seed", "insecure"
               "max_state_bytes_per_key", "noise_version")
 _CACHED_CURVES = 1 << 10
 EXACT_TOTALS = "exact totals"  # the release stage's dead letters (a part's key halted)
+LATE = "late"  # a streaming stage's lateness decisions (`AssignSteps`, the release)
 
 
 class _MeanPart(ContinualBase):
@@ -88,7 +92,8 @@ class ContinualMean(ContinualBase):
     to [0, `max_value`]; with discrete noise rounded to `value_resolution`, default
     max_value / 100). `sum_share`: the sum part's share of the budget (default: the worst-case
     optimum, 1/2). `mechanism` / `mechanism_params`: one for both parts, or a mapping
-    {"sum": ..., "count": ...}."""
+    {"sum": ..., "count": ...}. `max_state_bytes_per_key` bounds a key's two states together
+    (each part gets half)."""
 
     def __init__(self, *, max_value: float, max_contributions: int = 1,
                  max_contributions_per_step=None, max_keys_per_unit: int = 1,
@@ -112,6 +117,13 @@ class ContinualMean(ContinualBase):
             check.one_of(f"mechanism.{part}", name, ("auto",) + NAMES)
         self.part_params = _per_part("mechanism_params", mechanism_params, None)
         self._forwarded = {k: v for k, v in kwargs.items() if k in _FORWARDED}
+        # a key of the mean holds one state per part: each part gets half the state budget
+        budget = check_state_budget(kwargs.get("max_state_bytes_per_key",
+                                               DEFAULT_MAX_STATE_BYTES_PER_KEY))
+        if budget // 2 < MIN_STATE_BYTES_PER_KEY:
+            check.fail(STATE_BUDGET, f"an integer >= {2 * MIN_STATE_BYTES_PER_KEY} for a mean "
+                                     f"(a key holds one state per part)", budget)
+        self._forwarded[STATE_BUDGET] = budget // 2
         super().__init__(**kwargs)
 
     def make_problem(self):
@@ -194,8 +206,10 @@ class ContinualMean(ContinualBase):
                      "public_keys": len(self.public_keys)})
         return data
 
-    def release(self, events, window) -> Released:
-        """Both parts over the same events, then their records joined into means."""
+    def release(self, events, window, passed=None) -> Released:
+        """Both parts over the same events, then their records joined into means. A private
+        mean's parts are claimed by the mean's claim (`passed`): a part is never applied
+        unclaimed (`ContinualBase._check_continuation`)."""
         results = {}
         for part, transform in self.parts.items():
             keys = self._resume_keys
@@ -203,6 +217,8 @@ class ContinualMean(ContinualBase):
                 keys = keys | f"{part.title()}KeyStates" >> beam.FlatMap(_untag, part)
             if self._window is not None:
                 transform.resume(window, self._resume_units, keys)
+            if passed is not None:
+                transform.claimed_by(passed)
             results[part] = events | f"{part.title()}Part" >> transform
         # each: records per public key and step, dead letters, unit and key states
         tagged = [results[part].records | f"Tag{part.title()}Records" >> beam.Map(
@@ -210,8 +226,7 @@ class ContinualMean(ContinualBase):
         records = (tagged | "BothParts" >> beam.Flatten()
                    | "JoinParts" >> beam.ParDo(JoinMeansFn(self.mean_records())))
         # one mean record per public key and step
-        count_dead = results[COUNT].dead_letters | "CountPartHalts" >> beam.Filter(
-            lambda dead: str(dead.get("reason", "")).startswith(EXACT_TOTALS))
+        count_dead = results[COUNT].dead_letters | "CountPartOwn" >> beam.FlatMap(_count_own)
         key_states = None
         if results[SUM].key_states is not None:
             key_states = [results[part].key_states | f"Tag{part.title()}KeyStates" >> beam.Map(
@@ -223,6 +238,16 @@ class ContinualMean(ContinualBase):
     def mean_records(self) -> "MeanRecords":
         return MeanRecords({part: p.config for part, p in self.parts.items()},
                            self.max_value, self.confidence, self.summary(), self.budget_spent)
+
+
+def _count_own(dead: dict):
+    """The count part's dead letters that the sum part may not have: its own halts and, on
+    unbounded input, its own lateness decisions (each part's stages decide them on their own
+    timing), marked as the count part's. Its input dead letters (parsing, the horizon) are
+    the sum part's too: same parse, same steps."""
+    reason = str(dead.get("reason", ""))
+    if reason.startswith((EXACT_TOTALS, LATE)):
+        yield dict(dead, reason=f"count part: {reason}")
 
 
 def _untag(kv, part):
