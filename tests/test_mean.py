@@ -125,9 +125,10 @@ def test_the_noise_of_the_two_parts_is_independent():
     assert abs(correlation) < 0.2  # |r| of 400 independent pairs: < 0.2 with prob. 1 - 6e-5
 
 
-@pytest.mark.parametrize("noise,budget", [("float", {"epsilon": 1.0}),
-                                          ("float", {"rho": 0.5}),
-                                          ("discrete", {"epsilon": 1.0})])
+@pytest.mark.parametrize("noise,budget", [  # the laws alone: tests/mechanisms/test_ratio.py
+    pytest.param("float", {"epsilon": 1.0}, marks=pytest.mark.slow),
+    pytest.param("float", {"rho": 0.5}, marks=pytest.mark.slow),
+    ("discrete", {"epsilon": 1.0})])
 def test_the_mean_interval_covers_the_truth_at_its_nominal_level(noise, budget):
     """1,600 key-steps (800 keys with independent noise, 2 steps each): the nominal 95 %
     interval covers the exact truncated mean in [0.93, 0.97] of them. Laplace and Gaussian
