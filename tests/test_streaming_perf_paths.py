@@ -89,6 +89,8 @@ class Cells:
                 kwargs[name] = self.timer
             elif default is beam.DoFn.KeyParam:
                 kwargs[name] = given["key"]
+            elif default is beam.DoFn.TimestampParam and "fire" in given:
+                kwargs[name] = given["fire"]
         return kwargs
 
 
@@ -258,7 +260,7 @@ def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_lett
     for key, cells in (("a", a), ("b", b)):
         assert not list(fn.process((key, Seed()), **cells.bind(fn.process)) or [])
         assert not list(fn.process((key, StepTotal(0, 2.0)), **cells.bind(fn.process)) or [])
-        records = list(fn.release(**cells.bind(fn.release, key=key)))
+        records = list(fn.release(**cells.bind(fn.release, key=key, fire=cells.timer.time)))
         assert [r.value["step"] for r in records] == [0]
     late = list(fn.process(("a", StepTotal(0, 1.0)), **a.bind(fn.process)))
     assert late[0].tag == DEAD_LETTER and "late: step 0 of key 'a'" in late[0].value["reason"]
@@ -267,7 +269,7 @@ def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_lett
     swapped = Cells()
     swapped.cells = b.cells
     with pytest.raises(ValueError, match=r"`state` must be state of release"):
-        list(fn.release(**swapped.bind(fn.release, key="a")))
+        list(fn.release(**swapped.bind(fn.release, key="a", fire=b.timer.time)))
     # a state cell that hands out its one decoded object (a caching state backend): the
     # refused release leaves the step's pending sums in it
     assert not list(fn.process(("b", StepTotal(1, 5.0)), **b.bind(fn.process)) or [])
@@ -278,7 +280,7 @@ def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_lett
             return cached
 
     with pytest.raises(ValueError, match=r"`state` must be state of release"):
-        list(fn.release(key="a", state=Cached(), timer=Timer()))
+        list(fn.release(key="a", fire=b.timer.time, state=Cached(), timer=Timer()))
     assert cached[3] == {1: [5.0]}
 
 
@@ -295,7 +297,8 @@ def test_release_records_equal_the_vectorised_release():
         for part in (x[step] - 1.0, 1.0):
             list(fn.process(("a", StepTotal(step, float(part))), **cells.bind(fn.process))
                  or [])
-        values.extend(r.value["value"] for r in fn.release(**cells.bind(fn.release, key="a")))
+        values.extend(r.value["value"] for r in fn.release(
+            **cells.bind(fn.release, key="a", fire=cells.timer.time)))
     maker = fn.maker
     expected, _ = maker.for_key("a").advance(maker.mechanism.init_state(), x)
     assert values == [int(v) for v in expected]
@@ -524,10 +527,11 @@ def test_a_release_timer_without_its_state_fails_closed():
     cells = Cells()
     list(fn.process(("a", Seed()), **cells.bind(fn.process)) or [])
     list(fn.process(("a", StepTotal(0, 37.0)), **cells.bind(fn.process)) or [])
-    assert [r.value["step"] for r in fn.release(**cells.bind(fn.release, key="a"))] == [0]
+    fire = cells.bind(fn.release, key="a", fire=cells.timer.time)
+    assert [r.value["step"] for r in fn.release(**fire)] == [0]
     cells.cells["release_state"].clear()
     with pytest.raises(RuntimeError, match="without its sealed state"):
-        list(fn.release(**cells.bind(fn.release, key="a")))
+        list(fn.release(**cells.bind(fn.release, key="a", fire=cells.timer.time)))
 
 
 @pytest.mark.parametrize("origin,size,horizon", [

@@ -316,15 +316,17 @@ class ReleaseStreamingFn(beam.DoFn):
         self.maker = RecordMaker(self.config)
         self._times: Dict[int, Tuple[Timestamp, Timestamp]] = {}
 
-    def _step_times(self, step: int) -> Tuple[Timestamp, Timestamp]:
-        """(the event time of step's records, the release time of step), cached per step."""
+    def _step_times(self, step: int) -> Tuple[Timestamp, Timestamp, int]:
+        """(the event time of step's records, the release time of step, the latter in
+        microseconds), cached per step."""
         found = self._times.get(step)
         if found is None:
             if len(self._times) >= 1 << 16:
                 self._times.clear()
             steps = self.config.steps
-            found = self._times[step] = (Timestamp.of(steps.end(step) - MICRO),
-                                         self._release_time(step))
+            release = self._release_time(step)
+            found = self._times[step] = (Timestamp.of(steps.end(step) - MICRO), release,
+                                         release.micros)
         return found
 
     def _release_time(self, step):
@@ -365,8 +367,11 @@ class ReleaseStreamingFn(beam.DoFn):
         state.write((sealed, released, halted, pending))
 
     @on_timer(RELEASE)
-    def release(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(STATE),
-                timer=beam.DoFn.TimerParam(RELEASE)):
+    def release(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
+                state=beam.DoFn.StateParam(STATE), timer=beam.DoFn.TimerParam(RELEASE)):
+        """Releases, in order, every step of the key that is due at this firing (its release
+        time <= the firing time), then sets the timer for the next step. A firing with nothing
+        due (a repeated firing) releases nothing and sets the timer again."""
         current = state.read()
         sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
         if sealed is None:  # the timer is set only after the seed sealed a state: state lost
@@ -374,21 +379,27 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"state (state lost, or a job updated from another state "
                                f"layout); releasing again from step 0 would repeat its noise "
                                f"on other data")
-        maker, step = self.maker, released
-        out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
-        if out is None:  # exact totals: the key halts at this step (fail closed, no timer)
-            if stop is None or step < stop:
+        maker, horizon, step, due = self.maker, self.config.steps.horizon, released, fire.micros
+        records = []
+        while step < horizon and (stop is None or step < stop):
+            times = self._step_times(step)
+            if times[2] > due:
+                break
+            out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
+            if out is None:  # exact totals: the key halts at this step (fail closed)
                 stop = step
-                yield dead_letter(key, maker.limit_reason(key, step))
-            state.write((sealed, step, stop, {}))  # the state is not advanced
-            return
-        pending.pop(step, None)  # only once the state passed its checks
-        state.write((sealed, step + 1, stop, pending))
-        if step + 1 < self.config.steps.horizon and (stop is None or step + 1 < stop):
-            timer.set(self._step_times(step + 1)[1])
-        if stop is None or step < stop:
-            yield TimestampedValue(maker.record(key, step, float(out)),
-                                   self._step_times(step)[0])
+                records.append(dead_letter(key, maker.limit_reason(key, step)))
+                break
+            pending.pop(step, None)  # only once the state passed its checks
+            records.append(TimestampedValue(maker.record(key, step, float(out)), times[0]))
+            step += 1
+        if records:
+            state.write((sealed, step, stop, {} if stop == step else pending))
+        if step < horizon and (stop is None or step < stop):
+            # also after a firing with nothing due: the local runner repeats a firing and the
+            # repeat clears the timer the first one set (it would never fire again)
+            timer.set(self._step_times(step)[1])
+        yield from records
 
 
 class TruncateStreaming(beam.PTransform):
