@@ -85,3 +85,24 @@ def test_a_watermark_past_the_events_and_the_horizon_releases_every_step_once(ju
     assert [(r["key"], r["step"]) for r in records] == [
         (key, step) for key in ("a", "b", "c") for step in range(STEPS.horizon)]
     assert dead and all(d["reason"].startswith("late: step ") for d in dead)
+
+
+def test_no_dofn_of_the_plugin_mixes_yield_and_return_in_process():
+    """Beam warns ("Using yield and return in the process method", apache/beam#22969) when a
+    process method both yields and returns a value; its check reads the source line by line."""
+    import inspect
+
+    from apache_beam.transforms.core import _check_fn_use_yield_and_return
+
+    import transforms.arrow_input
+    import transforms.assign
+    import transforms.bounded
+    import transforms.mean
+    import transforms.sinks
+    import transforms.streaming
+    modules = (transforms.arrow_input, transforms.assign, transforms.bounded, transforms.mean,
+               transforms.sinks, transforms.streaming)
+    fns = [cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
+           if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__]
+    assert len(fns) >= 8
+    assert [cls.__name__ for cls in fns if _check_fn_use_yield_and_return(cls.process)] == []

@@ -335,8 +335,8 @@ class ReleaseStreamingFn(beam.DoFn):
     def process(self, element, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         key, message = element
-        if key not in self.public:
-            return  # not a public key: no output and no state
+        if key not in self.public:  # not a public key: no output and no state
+            return
         current = state.read()
         if current is None:
             sealed, released, halted, pending = None, 0, None, {}  # nothing yet
@@ -360,8 +360,8 @@ class ReleaseStreamingFn(beam.DoFn):
                               f"late: step {step} of key {key_text(key)!r} was "
                               f"already released")
             return
-        if halted is not None and step >= halted:
-            return  # never released (the key halted): not kept
+        if halted is not None and step >= halted:  # never released (the key halted): not kept
+            return
         found = pending.get(step)
         pending[step] = add_exact(found, message.value) if found else [message.value]
         state.write((sealed, released, halted, pending))
