@@ -554,6 +554,16 @@ def check_parquet_files(pattern):
     return good, bad
 
 
+def check_bounded_options(beam_args) -> None:
+    """A job's input is files, a bounded source: it runs as one batch release. `--streaming`
+    with it would silently run as batch; refused instead."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    if PipelineOptions(list(beam_args)).view_as(StandardOptions).streaming:
+        fail("--streaming", "left out for file input (files are a bounded source: the job is "
+                            "one batch release of them; a streaming job needs an unbounded "
+                            "source, see docs/operations.md#streaming)", "--streaming")
+
+
 def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
     """Everything that can be checked before a pipeline starts, each failure a one-line error:
     the input matches readable files, the output folder is writable (local paths), and the

@@ -148,6 +148,7 @@ def main(argv=None) -> int:
         if not job.secret.configured and runner not in LOCAL_RUNNERS:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
+        io.check_bounded_options(beam_args)
         io.preflight(job, runner in LOCAL_RUNNERS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

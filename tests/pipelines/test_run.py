@@ -234,3 +234,14 @@ def test_a_job_exits_with_its_code_and_flushed_output_without_the_interpreter_te
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                             text=True)
     assert (result.returncode, result.stdout, result.stderr) == (3, "summary", "warned")
+
+
+def test_streaming_with_file_input_is_refused_not_run_as_batch(capsys):
+    from pipelines import run as job_run
+    from pipelines import schedule
+    assert job_run.main(["--config", "demo:active_users", "--streaming"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: `--streaming` must be left out for file input") and \
+        err.count("\n") == 1
+    with pytest.raises(ValueError, match=r"^`--streaming` must be left out for file input"):
+        schedule.run_once("demo:active_users", "/nonexistent-state", 0.0, ["--streaming"])
