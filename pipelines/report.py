@@ -177,6 +177,13 @@ def window_start(row: dict) -> datetime.datetime:
     return datetime.datetime.fromisoformat(str(start).replace("Z", "+00:00"))
 
 
+def statistic(row: dict) -> str:
+    """What a record's value is: a running mean (ContinualMean's records say so in their
+    `mechanism`) or a running total."""
+    return "running mean" if str(row.get("mechanism", "")).startswith("mean") else \
+        "running total"
+
+
 def plot(rows, out_dir, truth=None) -> List[str]:
     """One chart per key: time (window start, UTC) on the x-axis, the released running total
     with its confidence band, and (demo data only) the exact truth."""
@@ -193,16 +200,17 @@ def plot(rows, out_dir, truth=None) -> List[str]:
         items.sort(key=lambda r: r["step"])
         times = [window_start(r) for r in items]
         first = items[0]
+        what = statistic(first)
         figure, axis = plt.subplots(figsize=(8, 4), dpi=110)
         axis.fill_between(times, [r["ci_low"] for r in items], [r["ci_high"] for r in items],
                           alpha=0.25, color="tab:blue", step="post",
                           label=f"{first['confidence']:.0%} confidence interval (per step)")
         axis.step(times, [r["value"] for r in items], where="post", color="tab:blue", lw=1.6,
-                  label="released running total (noisy, private)")
+                  label=f"released {what} (noisy, private)")
         if truth and key in truth:
             axis.step(times, [truth[key][r["step"]] for r in items], where="post",
                       color="black", lw=1.2, ls="--",
-                      label="true running total after truncation (exact: NOT private)")
+                      label=f"true {what} after truncation (exact: NOT private)")
         typical_noise = sum(r["stddev"] for r in items) / len(items)
         signal = max(abs(r["value"]) for r in items)
         if signal < 2 * typical_noise:
@@ -212,7 +220,7 @@ def plot(rows, out_dir, truth=None) -> List[str]:
                        f"{'private' if first.get('private', True) else 'NOT private (seeded)'}",
                        fontsize=10)
         axis.set_xlabel("window start (UTC)")
-        axis.set_ylabel("running total")
+        axis.set_ylabel(what)
         axis.xaxis.set_major_formatter(mdates.ConciseDateFormatter(
             mdates.AutoDateLocator(), tz=datetime.timezone.utc))
         axis.grid(alpha=0.3)
@@ -239,7 +247,10 @@ def summary(rows, paths, truth=None) -> str:
              f"- privacy (whole release): {privacy}",
              f"- keys: {len(keys)}; steps: {len(steps)} ({steps[0]} .. {steps[-1]}, windows "
              f"from {window_start(rows[0]).isoformat()} on)",
-             f"- MaxSE (largest per-step noise standard deviation): {max_se:.3f}",
+             (f"- MaxSE (largest per-step noise standard deviation): {max_se:.3f}"
+              if statistic(first) == "running total" else
+              f"- largest standard error of a record's mean: {max_se:.3f} (a record whose "
+              f"noisy count is too small to pin the mean down carries half the value range)"),
              f"- confidence level of the bands: {first['confidence']:.0%}"]
     if truth:
         inside = sum(1 for r in rows if r["key"] in truth and

@@ -281,7 +281,12 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
              f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
              f"{public['public_keys']} public key(s), noise {public['noise']}, "
-             f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation)"]
+             + (f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation)"
+              if "se_times_count" not in public else
+              f"MaxSE of the parts: sum {public['part_max_se']['sum']:.2f}, count "
+              f"{public['part_max_se']['count']:.2f}; the mean's standard error about "
+              f"{public['se_times_count']:,.0f} / C for a key whose count is C (records where "
+              f"C is too noisy carry half the value range)")]
     if transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
                      f"{public['budget_spent']} on this data (again, if this data was released "

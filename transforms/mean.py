@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import secrets
 from typing import Any, Dict, Optional, Tuple
 
@@ -186,12 +187,20 @@ class ContinualMean(ContinualBase):
                 {part: p.resolved_mechanism[1] for part, p in self.parts.items()})
 
     def summary(self) -> dict:
+        """Besides every release's fields, the parts' MaxSE (sum in value units) and the mean's
+        error at the worst-case mean for a key whose count is C: `se_times_count` / C (delta
+        method: sqrt(Vs + M^2 Vc) / C; what `plan --mean-max-value` prints)."""
         names, params = self.resolved_mechanism
+        laws = self.mean_records()
+        sum_se = laws.law(SUM).max_se() * (self.value_resolution or 1.0)
+        count_se = laws.law(COUNT).max_se()
         return {"mechanism": f"mean = sum ({names[SUM]}) / count ({names[COUNT]})",
                 "mechanism_params": {**params, "sum_share": self.descriptor["sum_share"]},
                 "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
                 "key_budget": {part: p.descriptor["key_budget"]
-                               for part, p in self.parts.items()}}
+                               for part, p in self.parts.items()},
+                "part_max_se": {SUM: sum_se, COUNT: count_se},
+                "se_times_count": math.sqrt(sum_se ** 2 + (self.max_value * count_se) ** 2)}
 
     def plan_declarations(self) -> list:
         return [("", self.descriptor)]  # `pipelines.plan --mean-max-value` plans both parts
@@ -236,8 +245,12 @@ class ContinualMean(ContinualBase):
                         results[COUNT].unit_states, key_states)
 
     def mean_records(self) -> "MeanRecords":
+        names, params = self.resolved_mechanism
         return MeanRecords({part: p.config for part, p in self.parts.items()},
-                           self.max_value, self.confidence, self.summary(), self.budget_spent)
+                           self.max_value, self.confidence,
+                           f"mean = sum ({names[SUM]}) / count ({names[COUNT]})",
+                           {**params, "sum_share": self.descriptor["sum_share"]},
+                           self.budget_spent)
 
 
 def _count_own(dead: dict):
@@ -261,15 +274,14 @@ class MeanRecords:
     """The mean's record at one key and step from its parts' records (picklable; the noise
     laws are built on first use from the parts' configurations, without their secret)."""
 
-    def __init__(self, configs: dict, max_value: float, confidence: float, summary: dict,
-                 budget: dict):
+    def __init__(self, configs: dict, max_value: float, confidence: float, mechanism: str,
+                 params: dict, budget: dict):
         self.configs, self.max_value, self.confidence = configs, max_value, confidence
-        self.mechanism = summary["mechanism"]
-        self.budget = budget
-        self.base_params = summary["mechanism_params"]
+        self.mechanism, self.base_params, self.budget = mechanism, params, budget
         self._laws = self._curves = None
 
-    def _law(self, part: str):
+    def law(self, part: str):
+        """The part's mechanism with zero noise (its laws and errors; no secret)."""
         config = self.configs[part]
         return make(config.mechanism, config.steps.horizon, **dict(config.key_privacy),
                     max_contributions=config.max_contributions,
@@ -280,7 +292,7 @@ class MeanRecords:
     def noises(self, step: int):
         """The two parts' noise laws at `step` (0-based), in value units."""
         if self._laws is None:
-            self._laws = {part: self._law(part) for part in PARTS}
+            self._laws = {part: self.law(part) for part in PARTS}
         return (step_noise(self._laws[SUM], step + 1).scaled(self.configs[SUM].value_scale),
                 step_noise(self._laws[COUNT], step + 1))
 

@@ -245,3 +245,25 @@ def test_streaming_with_file_input_is_refused_not_run_as_batch(capsys):
         err.count("\n") == 1
     with pytest.raises(ValueError, match=r"^`--streaming` must be left out for file input"):
         schedule.run_once("demo:active_users", "/nonexistent-state", 0.0, ["--streaming"])
+
+
+def test_a_mean_run_says_its_parts_errors_and_the_means_error_per_count(tmp_path, capsys):
+    """The run summary of a mean gives what `plan --mean-max-value` gives (the parts' MaxSE
+    and the mean's standard error times the count), not the records' capped stddev."""
+    import yaml
+
+    from pipelines import plan
+    from pipelines import run as job_run
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 6
+    path = tmp_path / "mean.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    public = json.loads(capsys.readouterr().out)["public"]
+    assert plan.main(["--horizon", "6", "--epsilon", "2", "--max-contributions", "10",
+                      "--mean-max-value", "300", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert public["se_times_count"] == pytest.approx(planned["mean_se_times_count"], rel=1e-12)
+    assert public["part_max_se"]["count"] == pytest.approx(
+        planned["parts"]["count"]["recommended"]["max_se"], rel=1e-12)
