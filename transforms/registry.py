@@ -24,6 +24,7 @@ class TransformSpec:
     summary: str = ""
     unit: str = ""                  # the protected unit (what one individual is)
     module: str = "transforms.continual"  # where the class lives
+    derived: Dict[str, str] = dataclasses.field(default_factory=dict)  # a default derived
 
     @property
     def roles(self) -> Tuple[str, ...]:
@@ -46,6 +47,8 @@ class TransformSpec:
 _COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
                  "max_keys_per_unit": 1}
 
+_GRID = "max_value / 100 with discrete noise"
+
 SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("count", "ContinualCount", ("unit", "key"), _COUNT_BOUNDS,
                   summary="running count of events per key (user-level)",
@@ -53,13 +56,14 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("sum", "ContinualSum", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
                   numeric=("value",), summary="running sum of clamped values per key",
-                  unit="user"),
+                  unit="user", derived={"value_resolution": _GRID}),
     TransformSpec("mean", "ContinualMean", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None,
                    "sum_share": None},
                   numeric=("value",), summary="running mean of clamped values per key (noisy "
                                               "sum / noisy count, Fieller interval)",
-                  unit="user", module="transforms.mean"),
+                  unit="user", module="transforms.mean",
+                  derived={"value_resolution": _GRID, "sum_share": "1/2: the worst-case optimum"}),
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
                   summary="distinct present items per key (item-level)",
@@ -98,12 +102,14 @@ def transform_table() -> str:
 def config_reference() -> str:
     """The per-transform config table of docs/operations.md (kept equal to it by a test;
     regenerate with `python3 -m pipelines.reference`)."""
-    def default(value):
+    def default(spec, name, value):
+        if name in spec.derived:
+            return spec.derived[name]
         return "required" if value == REQUIRED else ("none" if value is None else repr(value))
     lines = ["| `transform` | `input.fields` roles | `bounds` (default) | releases |",
              "|---|---|---|---|"]
     for spec in SPECS.values():
-        bounds = ", ".join(f"`{k}` ({default(v)})" for k, v in spec.bounds.items())
+        bounds = ", ".join(f"`{k}` ({default(spec, k, v)})" for k, v in spec.bounds.items())
         lines.append(f"| `{spec.name}` | {', '.join(spec.roles)} | {bounds} | {spec.summary} |")
     return "\n".join(lines)
 
