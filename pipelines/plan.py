@@ -256,7 +256,8 @@ def plan_mean(args, privacy: dict) -> int:
         shown = {k: v for k, v in row.params.items() if not isinstance(v, list)}
         unit = " (values)" if part == "sum" else ""
         scale = grid if part == "sum" else 1.0
-        print(f"  {part} part at {plan['parts'][part][1]}: {row.mechanism} {shown}, MaxSE "
+        budget = ", ".join(f"{k}={v:g}" for k, v in plan["parts"][part][1].items())
+        print(f"  {part} part at {budget}: {row.mechanism} {shown}, MaxSE "
               f"{row.max_se * scale:.3f}{unit}")
     print(f"  the mean's standard error at the worst-case mean {value:g}: about "
           f"{times_count:.3f} / C for a key whose count is C (delta method)")

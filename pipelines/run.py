@@ -276,6 +276,11 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str) -> 
             "manifest": os.path.join(job.public_path, "release.json")}
 
 
+def budget_text(budget: dict) -> str:
+    """A budget as the configs and `plan` write it: "epsilon=1, delta=1e-06"."""
+    return ", ".join(f"{name}={value:g}" for name, value in budget.items() if value is not None)
+
+
 def describe_run(job, transform, public: dict, operator: dict) -> str:
     lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
@@ -289,7 +294,8 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
               f"C is too noisy carry half the value range)")]
     if transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
-                     f"{public['budget_spent']} on this data (again, if this data was released "
+                     f"{budget_text(public['budget_spent'])} on this data (again, if this data "
+                     f"was released "
                      f"before)")
     lines += [f"records:      {public['records_path']} ({public['records']} records: every "
               f"public key at every step)",
