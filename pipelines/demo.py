@@ -26,6 +26,12 @@ def error_table(horizon: int, privacy: dict, seed: int) -> list:
     return rows
 
 
+def params_text(params: dict) -> str:
+    """k=19,sparsify=True: a list parameter (BLT's decays) by its length only."""
+    return ",".join(f"{k}=[{len(v)} values]" if isinstance(v, (list, tuple)) else f"{k}={v}"
+                    for k, v in params.items())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,11 +56,13 @@ def main(argv=None) -> int:
     label = ", ".join(f"{k}={v}" for k, v in privacy.items())
     print(f"Exact noise of every mechanism, T = {args.horizon}, {label}, one unit changes one "
           f"step by at most 1:\n")
-    print(f"{'mechanism':<20}{'params':<40}{'sensitivity':>12}{'MaxSE':>10}{'MeanSE':>10}")
-    for name, params, sensitivity, max_se, mean_se in rows:
-        print(f"{name:<20}{str(params):<40}{sensitivity:>12.4f}{max_se:>10.3f}{mean_se:>10.3f}")
+    shown = [params_text(params) for _, params, _, _, _ in rows]
+    width = max(len("params"), *(len(text) for text in shown)) + 2
+    print(f"{'mechanism':<20}{'params':<{width}}{'sensitivity':>12}{'MaxSE':>10}{'MeanSE':>10}")
+    for (name, _, sensitivity, max_se, mean_se), text in zip(rows, shown):
+        print(f"{name:<20}{text:<{width}}{sensitivity:>12.4f}{max_se:>10.3f}{mean_se:>10.3f}")
     best = min(rows, key=lambda row: row[3])
-    print(f"\nLowest MaxSE: {best[0]} {best[1]}\n")
+    print(f"\nLowest MaxSE: {best[0]} {params_text(best[1]) or '(no parameters)'}\n")
 
     horizon = min(args.horizon, 12)
     mechanism = make(best[0], horizon, seed=args.seed, **privacy, **best[1],
