@@ -21,7 +21,9 @@ setuptools.setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-xdist>=3", "scipy>=1.10", "dp-accounting>=0.4", "wheel",
-                 "matplotlib>=3.5", "hypothesis>=6.100"],
+                 "matplotlib>=3.5", "hypothesis>=6.100",
+                 # the live streaming test reads from the local Pub/Sub emulator
+                 "google-cloud-pubsub>=2.18,<3"],
         "report": ["matplotlib>=3.5"],
         # Dataflow: GCP I/O for the runner and secrets from Google Secret Manager
         "gcp": ["apache-beam[gcp]>=2.60,<3", "google-cloud-secret-manager>=2.16,<3"],

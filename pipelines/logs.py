@@ -1,8 +1,9 @@
 """Quiet, truthful logs for the command-line jobs.
 
 By default a job's stderr holds only what the operator must act on: Beam's own INFO/WARNING
-chatter is raised to ERROR, and the import-time notice that the optional BigQuery client
-(apitools) is missing is dropped (nothing here uses BigQuery). `--verbose` brings all of Beam's
+chatter is raised to ERROR, and the import-time notices that the optional BigQuery client
+(apitools) or the GCS filesystem is missing are dropped (nothing here uses BigQuery; a gs://
+path without the [gcp] extra fails with its own error). `--verbose` brings all of Beam's
 logs back. The stateful transforms use a deterministic key coder (`transforms.messages.KeyCoder`),
 so Beam's "key coder may not be deterministic" warning does not arise in the first place.
 """
@@ -12,7 +13,10 @@ import logging
 import os
 import sys
 
-BENIGN_IMPORT_NOTICES = ("apitools not found",)
+# apitools: the BigQuery client; GCSFileSystem: gs:// without the [gcp] extra, noticed at import
+# when another google-cloud package is installed (a gs:// path then fails with its own error)
+BENIGN_IMPORT_NOTICES = ("apitools not found", "Failed to import GCSFileSystem")
+NOTICE_LOGGERS = ("", "apache_beam.io.filesystems")  # where Beam logs them
 
 
 class _DropBenignImportNotices(logging.Filter):
@@ -25,14 +29,16 @@ _FILTER = _DropBenignImportNotices()
 
 def install_import_filter() -> None:
     """Before Beam is imported: its optional-client notice is not a problem of this job."""
-    logging.getLogger().addFilter(_FILTER)
+    for name in NOTICE_LOGGERS:  # (a filter applies to its own logger's records only)
+        logging.getLogger(name).addFilter(_FILTER)
 
 
 def configure(verbose: bool) -> None:
     """Quiet by default (Beam at ERROR, the library's notices printed by the CLI itself);
     `verbose`: every logger at INFO, nothing filtered."""
     if verbose:
-        logging.getLogger().removeFilter(_FILTER)
+        for name in NOTICE_LOGGERS:
+            logging.getLogger(name).removeFilter(_FILTER)
         logging.basicConfig(level=logging.INFO, force=True)
         for name in ("apache_beam", "transforms"):
             logging.getLogger(name).setLevel(logging.INFO)
