@@ -191,19 +191,17 @@ def mean_parts(args, privacy: dict) -> dict:
     if args.interval_bound != 1:
         raise _UsageError(f"`interval-bound` must be left out with --mean-max-value (the mean's "
                           f"parts declare theirs); got {args.interval_bound}.")
-    value, grid = args.mean_max_value, args.value_resolution
-    if grid is None and args.noise == "discrete":
-        grid = value / 100.0
-    if grid is not None and grid > value:
-        raise _UsageError(f"`value-resolution` must be <= mean-max-value ({value:g}); got "
-                          f"{grid:g}.")
+    from transforms.streams.count import ContributionBounds, value_resolution
+    from transforms.streams.mean import SUM, MeanProblem
+    value = args.mean_max_value
+    grid = value_resolution(value, args.value_resolution, args.noise)
     budget = PrivacyBudget.resolve(**privacy)
     split = best_split(0.0, value, budget.noise)
     share = split.sum_share if args.sum_share is None else args.sum_share
     budgets = share_budget(budget, {"sum": share, "count": 1.0 - share})
     k = args.max_contributions
-    cap = value if grid is None else math.floor(value / grid + 0.5)
-    mass = math.ceil(k * cap)  # transforms.streams.mean.MeanProblem's declaration
+    mass = MeanProblem(ContributionBounds(k, None, args.max_keys_per_unit), with_value=True,
+                       value_grid=grid, max_value=value, part=SUM).declaration.max_contributions
     state = args.max_state_bytes_per_key // 2  # a key's two states share the budget
     if state < MIN_STATE_BYTES_PER_KEY:
         raise _UsageError(f"`max-state-bytes-per-key` must be >= {2 * MIN_STATE_BYTES_PER_KEY} "

@@ -43,6 +43,7 @@ from transforms.messages import Released, StepWindow
 from transforms.streaming import release_streaming
 from transforms.steps import TimeSteps
 from transforms.streams import ContributionBounds, count_distinct
+from transforms.streams.count import value_resolution as grid_of
 from transforms.streams.records import Declaration, is_id
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
                                       EntityProblem, Problem, TriangleProblem)
@@ -507,14 +508,8 @@ class ContinualSum(ContinualBase):
         self.contribution_bounds = ContributionBounds(max_contributions,
                                                       max_contributions_per_step,
                                                       max_keys_per_unit, max_value=max_value)
-        discrete = kwargs.get("noise", "discrete") == "discrete"
-        if value_resolution is not None:
-            check.positive_finite("value_resolution", value_resolution)
-            if value_resolution > max_value:
-                check.fail("value_resolution", f"<= max_value ({max_value})", value_resolution)
-        elif discrete:
-            value_resolution = max_value / 100.0
-        self.value_resolution = value_resolution
+        self.value_resolution = grid_of(max_value, value_resolution,
+                                        kwargs.get("noise", "discrete"))
         super().__init__(**kwargs)
 
     @property

@@ -35,7 +35,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from transforms import validation as check
 from transforms.accountant import part_kwargs, share_budget
 from transforms.continual import ContinualBase
-from transforms.mechanisms import NAMES, ConstantNoiseSource, make
+from transforms.mechanisms import NAMES, ConstantNoiseSource
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
                                            MIN_STATE_BYTES_PER_KEY, STATE_BUDGET,
                                            check_state_budget)
@@ -43,6 +43,7 @@ from transforms.mechanisms.ratio import QuantileCurve, best_split, ratio_interva
 from transforms.messages import Released
 from transforms.release import derived_release_id, descriptor_digest, public_key_digest
 from transforms.streams import ContributionBounds
+from transforms.streams.count import value_resolution as grid_of
 from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
 
 _FORWARDED = ("steps", "public_keys", "confidence", "secret", "seed", "insecure", "noise",
@@ -104,13 +105,8 @@ class ContinualMean(ContinualBase):
                                                       max_contributions_per_step,
                                                       max_keys_per_unit)
         self.max_value = check.positive_finite("max_value", max_value)
-        if value_resolution is not None:
-            check.positive_finite("value_resolution", value_resolution)
-            if value_resolution > max_value:
-                check.fail("value_resolution", f"<= max_value ({max_value})", value_resolution)
-        elif kwargs.get("noise", "discrete") == "discrete":
-            value_resolution = max_value / 100.0
-        self.value_resolution = value_resolution
+        self.value_resolution = grid_of(max_value, value_resolution,
+                                        kwargs.get("noise", "discrete"))
         self.sum_share = None if sum_share is None else check.open_unit_interval(
             "sum_share", sum_share)
         self.part_mechanisms = _per_part("mechanism", mechanism, "auto")
@@ -282,12 +278,7 @@ class MeanRecords:
 
     def law(self, part: str):
         """The part's mechanism with zero noise (its laws and errors; no secret)."""
-        config = self.configs[part]
-        return make(config.mechanism, config.steps.horizon, **dict(config.key_privacy),
-                    max_contributions=config.max_contributions,
-                    interval_bound=config.interval_bound,
-                    noise_source=ConstantNoiseSource(0.0), noise=config.noise_kind,
-                    **dict(config.params))
+        return self.configs[part].build(noise_source=ConstantNoiseSource(0.0))
 
     def noises(self, step: int):
         """The two parts' noise laws at `step` (0-based), in value units."""

@@ -198,7 +198,9 @@ class ReleaseConfig:
     def release_binding(self) -> bytes:
         return bytes.fromhex(self.release_id) + bytes.fromhex(self.descriptor_digest)
 
-    def build(self):
+    def build(self, noise_source: Optional[NoiseSource] = None):
+        """The per-key mechanism, its noise from the release's secret (or `noise_source`:
+        e.g. zero noise, for the mechanism's laws and errors without the secret)."""
         if self.noise_version not in NOISE_VERSIONS:
             fail("noise_version", "one of " + ", ".join(map(repr, NOISE_VERSIONS)) + " (a "
                  "release configuration built by code before noise versions has none: build "
@@ -206,8 +208,8 @@ class ReleaseConfig:
         return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
                     max_contributions=self.max_contributions,
                     interval_bound=self.interval_bound,
-                    noise_source=self.secret.noise_source(release=self.release_binding,
-                                                          version=self.noise_version),
+                    noise_source=noise_source or self.secret.noise_source(
+                        release=self.release_binding, version=self.noise_version),
                     noise=self.noise_kind, **dict(self.params))
 
     def checked_fingerprint(self) -> str:

@@ -61,6 +61,18 @@ class ContributionBounds:
         return self.per_step, self.max_contributions, self.max_value, self.max_keys_per_unit
 
 
+def value_resolution(max_value: float, given: Optional[float], noise: str) -> Optional[float]:
+    """A sum's value grid g (ContinualSum, ContinualMean, `pipelines.plan`): the given one
+    (positive, at most max_value), else max_value / 100 with discrete noise (integer grid
+    units), else None (float noise: no grid)."""
+    if given is not None:
+        check.positive_finite("value_resolution", given)
+        if given > max_value:
+            check.fail("value_resolution", f"<= max_value ({max_value})", given)
+        return given
+    return max_value / 100.0 if noise == "discrete" else None
+
+
 def _event_order(event):
     return canonical(event[0]), event[1]
 
