@@ -223,3 +223,51 @@ def test_a_keys_two_states_share_the_state_budget():
                                          r"66 for a mean"):
         ContinualMean(steps=STEPS, public_keys=["a"], rho=1.0, max_value=MAX_VALUE,
                       max_state_bytes_per_key=40, **ZERO)
+
+
+def test_a_private_mean_resumes_through_the_api_with_its_claims(tmp_path, monkeypatch):
+    """Steps 0 -> 3, then 3 -> 6 from the first window's unit and key states (the census of
+    the unit states checked before the second window is claimed, the parts handed the mean's
+    claim): every step released once; replaying the second window is refused."""
+    import apache_beam as beam
+    from transforms.messages import StepWindow
+    from tests.support.beam import AppendJson, read_json_lines
+    from transforms.streams import codec
+    monkeypatch.setenv("DP_MEAN_SECRET", "ef" * 32)
+    claims = str(tmp_path / "claims")
+    events = events_of(np.random.default_rng(41), n=60)
+
+    def mean(**kwargs):
+        return ContinualMean(steps=STEPS, public_keys=["a", "b"], epsilon=1.0,
+                             max_value=MAX_VALUE, max_contributions=3,
+                             secret=SecretRef(env="DP_MEAN_SECRET"), claims=claims, **kwargs)
+
+    def apply(transform, name, units=None, keys=None):
+        out = str(tmp_path / name)
+        with beam.Pipeline(runner="FnApiRunner") as pipeline:
+            timed = (pipeline | f"{name}Events" >> beam.Create(events)
+                     | f"{name}Time" >> beam.Map(
+                         lambda e: beam.window.TimestampedValue(e[0], e[1])))
+            if units is not None:
+                transform.resume(StepWindow(3, 6),
+                                 pipeline | "Units" >> beam.Create(units),
+                                 pipeline | "Keys" >> beam.Create(keys))
+            result = timed | transform
+            result.records | "R" >> beam.ParDo(AppendJson(out + "-records"))
+            result.unit_states | "UC" >> beam.Map(codec.dumps) | "U" >> beam.ParDo(
+                AppendJson(out + "-units"))
+            result.key_states | "KC" >> beam.Map(codec.dumps) | "K" >> beam.ParDo(
+                AppendJson(out + "-keys"))
+        return (read_json_lines(out + "-records"),
+                [codec.loads(line) for line in read_json_lines(out + "-units")],
+                [codec.loads(line) for line in read_json_lines(out + "-keys")])
+
+    first = mean()
+    first.resume(StepWindow(0, 3))
+    records, units, keys = apply(first, "first")
+    assert sorted({r["step"] for r in records}) == [0, 1, 2]
+    second = mean(release_id=first.release_id)
+    later, _, _ = apply(second, "second", units, keys)
+    assert sorted({r["step"] for r in later}) == [3, 4, 5] and len(later) == 2 * 3
+    with pytest.raises(Exception, match=r"`claim` must be new"):
+        apply(mean(release_id=first.release_id), "replay", units, keys)

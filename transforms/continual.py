@@ -377,7 +377,9 @@ class ContinualBase(beam.PTransform):
         checked = census_of(self._resume_units, self.config, window.first, "GivenUnitCensus") \
             | "CheckUnitCensus" >> beam.Map(CheckCensus(self.config, claims.folder,
                                                         window.first))
-        return checked | "ClaimWindow" >> beam.Map(lambda _: claim())
+        passed = checked | "ClaimWindow" >> beam.Map(lambda _: claim())
+        passed.dp_claim = claim  # exists only once claimed, after the census check (`guard`)
+        return passed
 
     def _check_continuation(self, window: StepWindow, pipeline=None) -> None:
         """A private release is claimed once in durable storage (`claims=`, or a driver's own
