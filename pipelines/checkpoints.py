@@ -272,7 +272,10 @@ def fingerprint(job: job_config.JobConfig) -> dict:
     output = job.output.path if "://" in job.output.path else os.path.abspath(job.output.path)
     sections = {"job": job.job, "output.path": output,
                 "transform": job.transform, "input": io.input_binding(job),
-                "steps": dataclasses.asdict(job.steps), "privacy": dataclasses.asdict(job.privacy),
+                # the steps' timing (a streaming setting) is not used by scheduled runs
+                "steps": {"origin": job.steps.origin, "size_seconds": job.steps.size_seconds,
+                          "horizon": job.steps.horizon},
+                "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,
                 "mechanism": {"name": job.mechanism.name, "params": job.mechanism.params},
                 "confidence": job.confidence}

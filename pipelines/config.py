@@ -92,11 +92,22 @@ def resolve_path(path: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
+    """Where the events come from and how a record is read. `kind: files` (bounded: `path`,
+    one batch release) or `pubsub` (unbounded: `subscription`, one JSON record per message,
+    `timestamp_attribute` drives the watermark, `id_attribute` deduplicates on Dataflow)."""
     path: str
     format: str
     fields: Dict[str, str]            # role -> column
     timestamp_format: str = "iso"
     types: Dict[str, str] = dataclasses.field(default_factory=dict)  # role -> declared type
+    kind: str = "files"
+    subscription: Optional[str] = None
+    timestamp_attribute: Optional[str] = None
+    id_attribute: Optional[str] = None
+
+    @property
+    def unbounded(self) -> bool:
+        return self.kind == "pubsub"
 
     def type_of(self, role: str) -> str:
         """The declared type, else: timestamp, float for numeric roles, str for `op`, else id."""
@@ -110,6 +121,10 @@ class StepsSpec:
     origin: float                     # seconds since the epoch
     size_seconds: float
     horizon: int
+    # unbounded input only: step s is published when the watermark passes the end of step
+    # s + release_delay_steps; an event counts until allowed_lateness_seconds after its step
+    release_delay_steps: int = 1
+    allowed_lateness_seconds: float = 0.0
 
     def time_steps(self) -> TimeSteps:
         return TimeSteps(self.origin, self.size_seconds, self.horizon)
@@ -269,14 +284,28 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     if transform not in TRANSFORMS:
         fail("transform", "one of " + ", ".join(repr(t) for t in TRANSFORMS), transform)
 
-    source = _section(raw["input"], "input", ("path", "format", "fields", "types",
-                                              "timestamp_format"), ("path", "fields"))
-    if not isinstance(source["path"], str) or not source["path"]:
-        fail("input.path", "a non-empty path (or demo:<file>)", source["path"])
-    default_format = os.path.splitext(source["path"])[1].lstrip(".")
+    source = _section(raw["input"], "input", ("kind", "path", "format", "fields", "types",
+                                              "timestamp_format", "subscription",
+                                              "timestamp_attribute", "id_attribute"),
+                      ("fields",))
+    source_kind = source.get("kind", "files")
+    if source_kind not in ("files", "pubsub"):
+        fail("input.kind", "one of 'files', 'pubsub'", source_kind)
+    stream = _pubsub_input(source) if source_kind == "pubsub" else {}
+    if source_kind == "files":
+        for name in ("subscription", "timestamp_attribute", "id_attribute"):
+            if name in source:
+                fail(f"input.{name}", "absent for input.kind 'files' (a Pub/Sub setting)",
+                     source[name])
+        if not isinstance(source.get("path"), str) or not source["path"]:
+            fail("input.path", "a non-empty path (or demo:<file>)", source.get("path"))
+    default_format = os.path.splitext(source.get("path", ".jsonl"))[1].lstrip(".")
     fmt = source.get("format", default_format)
     if fmt not in FORMATS:
         fail("input.format", "one of " + ", ".join(repr(f) for f in FORMATS), fmt)
+    if source_kind == "pubsub" and fmt != "jsonl":
+        fail("input.format", "'jsonl' for input.kind 'pubsub' (one JSON object per message)",
+             fmt)
     fields = _section(source["fields"], "input.fields", ROLES[transform], ROLES[transform])
     for role, column in fields.items():
         if not isinstance(column, str) or not column:
@@ -291,7 +320,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if kind not in allowed:
             fail(f"input.types.{role}", "one of " + ", ".join(repr(a) for a in allowed), kind)
 
-    steps = _section(raw["steps"], "steps", ("origin", "size_seconds", "horizon"),
+    steps = _section(raw["steps"], "steps", ("origin", "size_seconds", "horizon",
+                                             "release_delay_steps", "allowed_lateness_seconds"),
                      ("origin", "size_seconds", "horizon"))
     origin = parse_time("steps.origin", steps["origin"])
     if not TIME_RANGE[0] <= origin <= TIME_RANGE[1]:
@@ -304,6 +334,21 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     if origin + size * horizon > TIME_RANGE[1]:
         fail("steps.size_seconds", "small enough that the last step ends before the year 10000",
              steps["size_seconds"])
+    timing = {}
+    for name in ("release_delay_steps", "allowed_lateness_seconds"):
+        if name in steps and source_kind != "pubsub":
+            fail(f"steps.{name}", "absent for input.kind 'files' (a streaming setting)",
+                 steps[name])
+    if "release_delay_steps" in steps:
+        timing["release_delay_steps"] = _positive_int("steps.release_delay_steps",
+                                                      steps["release_delay_steps"])
+    lateness = steps.get("allowed_lateness_seconds", 0)
+    if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
+            0 <= lateness < timing.get("release_delay_steps", 1) * size):
+        fail("steps.allowed_lateness_seconds", "a number of seconds in [0, release_delay_steps "
+                                               "x size_seconds) (a step's events are in before "
+                                               "it is released)", lateness)
+    timing["allowed_lateness_seconds"] = float(lateness)
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise")))
     noise = privacy.pop("noise", "discrete")
@@ -411,13 +456,38 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
             repr(f) for f in OUTPUT_FORMATS), formats)
 
     return JobConfig(job, transform,
-                     InputSpec(resolve_path(source["path"]), fmt, dict(fields),
-                               timestamp_format, types),
-                     StepsSpec(origin, size, horizon), PrivacySpec(**privacy, noise=noise),
+                     InputSpec(resolve_path(source["path"]) if source_kind == "files" else "",
+                               fmt, dict(fields), timestamp_format, types, source_kind,
+                               **stream),
+                     StepsSpec(origin, size, horizon, **timing), PrivacySpec(**privacy, noise=noise),
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),
                      OutputSpec(output["path"], tuple(formats)))
+
+
+def _pubsub_input(source) -> dict:
+    """The Pub/Sub settings of an unbounded input, checked."""
+    if "path" in source:
+        fail("input.path", "absent for input.kind 'pubsub' (its events come from "
+                           "`subscription`)", source["path"])
+    subscription = source.get("subscription")
+    parts = subscription.split("/") if isinstance(subscription, str) else []
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "subscriptions" or not all(
+            parts):
+        fail("input.subscription", "projects/<project>/subscriptions/<name>", subscription)
+    settings = {"subscription": subscription}
+    for name in ("timestamp_attribute", "id_attribute"):
+        value = source.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            fail(f"input.{name}", "a message attribute name", value)
+        settings[name] = value
+    if settings["timestamp_attribute"] is None:
+        fail("input.timestamp_attribute", "the message attribute holding each event's time "
+                                          "(milliseconds since the epoch or RFC 3339: the "
+                                          "watermark follows event time, not publish time)",
+             None)
+    return settings
 
 
 def _public_keys(raw, base_dir):

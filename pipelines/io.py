@@ -138,6 +138,7 @@ def read_elements(pipeline, job: job_config.JobConfig):
     """-> (elements with event times, [dead-letter PCollections]). Parquet input gives
     `EventBatch`es instead (`read_parquet_batches`: Arrow tables, no Beam element per row),
     which every transform takes in place of elements, with the same result."""
+    check_bounded_options((), job)
     if job.input.format == "parquet":
         return read_parquet_batches(pipeline, job)
     rows, dead = read_rows(pipeline, job)
@@ -355,7 +356,7 @@ def read_rows(pipeline, job: job_config.JobConfig):
     if job.input.format == "jsonl":
         lines = pipeline | "ReadText" >> beam.io.ReadFromText(
             job.input.path, coder=beam.coders.BytesCoder())
-        parsed = lines | "ParseJson" >> beam.ParDo(_ParseJson()).with_outputs(
+        parsed = lines | "ParseJson" >> beam.ParDo(ParseJson()).with_outputs(
             DEAD_LETTER, main="rows")
     else:
         files = pipeline | "CsvFiles" >> beam.Create(input_files(job.input.path))
@@ -394,7 +395,9 @@ def _not_text(row: dict):
     return None
 
 
-class _ParseJson(beam.DoFn):
+class ParseJson(beam.DoFn):
+    """A JSON line (bytes) -> its object (a dict), or a dead letter."""
+
     def process(self, line: bytes):
         try:
             text = _decoded(line)
@@ -554,10 +557,14 @@ def check_parquet_files(pattern):
     return good, bad
 
 
-def check_bounded_options(beam_args) -> None:
-    """A job's input is files, a bounded source: it runs as one batch release. `--streaming`
-    with it would silently run as batch; refused instead."""
+def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:
+    """A batch driver's input is files, a bounded source: it runs as one batch release.
+    `--streaming` with it would silently run as batch, and a subscription is read by the
+    streaming job only; both refused."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    if job is not None and job.input.unbounded:
+        fail("input.kind", "'files' for a batch or scheduled job (a Pub/Sub subscription is "
+                           "read by the streaming job: python3 -m pipelines.run)", job.input.kind)
     if PipelineOptions(list(beam_args)).view_as(StandardOptions).streaming:
         fail("--streaming", "left out for file input (files are a bounded source: the job is "
                             "one batch release of them; a streaming job needs an unbounded "
@@ -568,7 +575,9 @@ def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
     """Everything that can be checked before a pipeline starts, each failure a one-line error:
     the input matches readable files, the output folder is writable (local paths), and the
     configured secret resolves (local runners: remote workers resolve their own)."""
-    if job.input.format == "csv":
+    if job.input.unbounded:
+        pass  # a subscription: its reader checks it when the job starts
+    elif job.input.format == "csv":
         csv_header(job.input.path)
     elif job.input.format == "parquet":
         check_parquet_files(job.input.path)

@@ -27,11 +27,12 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import commit, io, logs, storage
+from pipelines import commit, io, logs, storage, stream
 from pipelines.checkpoints import read_json, write_text
 from transforms import registry
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
 from transforms.secret import SecretRef
+from transforms.steps import TimeSteps
 
 def runner_of(beam_args) -> str:
     for i, arg in enumerate(beam_args):
@@ -76,6 +77,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   noise=job.privacy.noise, release_id=release_id, diagnostics=True,
                   secret_fingerprint=secret_fingerprint,
                   max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
+                  release_delay_steps=job.steps.release_delay_steps,
+                  allowed_lateness_seconds=job.steps.allowed_lateness_seconds,
                   **job.privacy.budget, **job.bounds)
     if noise_version is not None:
         kwargs["noise_version"] = noise_version
@@ -148,14 +151,21 @@ def main(argv=None) -> int:
         if not job.secret.configured and runner not in LOCAL_RUNNERS:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
-        io.check_bounded_options(beam_args)
+        if job.input.unbounded:
+            stream.refuse_published_folder(job)
+        else:
+            io.check_bounded_options(beam_args)
         io.preflight(job, runner in LOCAL_RUNNERS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not any(a.startswith("--runner") for a in beam_args):
-        beam_args = ["--runner=FnApiRunner", *beam_args]
+        # Beam's local streaming runner reads Pub/Sub; FnApiRunner is the fast batch one
+        beam_args = ["--runner=DirectRunner" if job.input.unbounded else "--runner=FnApiRunner",
+                     *beam_args]
     try:
+        if job.input.unbounded:
+            return run_stream(job, args, beam_args, runner in LOCAL_RUNNERS)
         return run_release(job, args, beam_args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -212,6 +222,57 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         print(f"release {transform.release_id}: INSECURE demo release (fixed seed): records "
               f"are marked private: false", file=sys.stderr)
     return 0
+
+
+def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
+    """`main` for unbounded input (`pipelines.stream`): launches the streaming job; on a local
+    runner, follows it, printing each step as it is published, until every step of the horizon
+    is (or the job fails, or Ctrl-C cancels it: no later step is released)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+    options = PipelineOptions(beam_args)
+    options.view_as(StandardOptions).streaming = True
+    with contextlib.ExitStack() as stack:
+        secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
+        try:
+            transform = build_transform(job, secret)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        pipeline = beam.Pipeline(options=options)
+        stream.build(pipeline, job, transform, release_manifest(transform), remote=not local)
+        result = pipeline.run()
+        where = (f"release {transform.release_id}: streaming from {job.input.subscription}; "
+                 f"each step is published under {stream.steps_folder(job.public_path)}/ once "
+                 f"every public key's record of it is in ({job.steps.horizon} steps of "
+                 f"{job.steps.size_seconds:g} s from "
+                 f"{TimeSteps.iso(job.steps.origin)})")
+        print(where if not args.json else json.dumps(
+            {"job": job.job, "release_id": transform.release_id, "streaming": True,
+             "steps": stream.steps_folder(job.public_path)}, sort_keys=True), flush=True)
+        if not local:
+            return 0
+        watch = stream.Watch(result)
+        try:
+            code = stream.follow(job, watch, sys.stdout if not args.json else sys.stderr,
+                                 transform.config.release_delay_steps)
+        except KeyboardInterrupt:
+            code = 130
+        finally:
+            watch.stop()
+        published = stream.published_steps(job)
+        summary = stream.operator_summary(job, published, transform.config.release_delay_steps)
+        write_text(os.path.join(job.operator_path, "summary.json"),
+                   json.dumps(summary, indent=2, sort_keys=True))
+        if code == 2:
+            print(f"error: the streaming job failed: {str(watch.error).splitlines()[-1]}",
+                  file=sys.stderr)
+            return 2
+        print(f"release {transform.release_id}: {len(published)} of {job.steps.horizon} steps "
+              f"published" + ("" if code == 0 else " (stopped before the horizon's end: the "
+                                                   "release ends here)")
+              + f"; operator-only (NOT private): {job.operator_path}/summary.json, "
+                f"dead_letters-*.jsonl", flush=True)
+        return 0 if code == 0 else 1
 
 
 def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:

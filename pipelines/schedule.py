@@ -126,7 +126,7 @@ def started_noise_version(ledger: dict) -> Optional[str]:
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
-    io.check_bounded_options(beam_args)
+    io.check_bounded_options(beam_args, job)
     io.preflight(job, job_run.runner_of(list(beam_args)) in job_run.LOCAL_RUNNERS)
     remove_torn_markers(state_dir)  # empty markers of a version before atomic creation
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)

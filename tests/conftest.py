@@ -7,6 +7,8 @@ import logging
 
 import pytest
 
+pytest_plugins = ["tests.support.pubsub"]  # the `emulator` fixture (the local Pub/Sub emulator)
+
 
 @pytest.fixture(autouse=True)
 def _quiet_beam_logs():

@@ -109,3 +109,27 @@ def test_no_dofn_of_the_plugin_mixes_yield_and_return_in_process():
            if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__]
     assert len(fns) >= 8
     assert [cls.__name__ for cls in fns if warns(cls.process)] == []
+
+
+def test_a_drain_releases_no_step_whose_release_time_is_after_the_wall_clock():
+    """A drain (or cancel) moves the watermark to the end of time at once. Steps 0..5 of 60 s
+    start 3.5 steps before now: with a release delay of one step, steps 0 and 1 are due on the
+    wall clock (step 2 is due 30 s from now, far longer than this test runs) and are the only
+    ones released; the later steps are never released with no data (the release ends at step
+    1: a timer firing ahead of the wall clock sets no new timer)."""
+    import time
+    origin = float(int(time.time() - 3.5 * 60))
+    steps = TimeSteps(origin, 60.0, 6)
+    events = [((f"u{i}", "a"), origin + 60.0 * (i % 3) + i) for i in range(9)]
+    folder = tempfile.mkdtemp(prefix="drain-")
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    with beam.Pipeline(options=options) as pipeline:
+        stream = BeamTestStream().add_elements([TimestampedValue(e, t) for e, t in events])
+        result = pipeline | stream.advance_watermark_to_infinity() | ContinualCount(
+            steps=steps, public_keys=["a", "b"], epsilon=1.0, max_contributions=3,
+            secret=SecretRef(literal=b"drain"), insecure=True)
+        result.records | "Records" >> beam.ParDo(AppendJson(os.path.join(folder, "r")))
+    released = sorted((r["key"], r["step"]) for r in read_json_lines(os.path.join(folder, "r")))
+    assert time.time() < steps.end(3), "the test ran past step 2's release time"
+    assert released == [(key, step) for key in ("a", "b") for step in (0, 1)]

@@ -69,7 +69,7 @@ class ContinualBase(beam.PTransform):
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
                  release_id: Optional[str] = None, diagnostics: bool = False,
                  secret_fingerprint: Optional[str] = None, noise_source=None,
-                 release_delay_steps: int = 1,
+                 release_delay_steps: int = 1, allowed_lateness_seconds: float = 0.0,
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
                  label: Optional[str] = None, part_of: Optional[str] = None):
@@ -139,6 +139,7 @@ class ContinualBase(beam.PTransform):
         self._claims = None if claims is None else WindowClaims(claims)
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
+        self.allowed_lateness_seconds = allowed_lateness_seconds
         self.problem = self.make_problem()
         self.config = self._release_config()
 
@@ -254,7 +255,8 @@ class ContinualBase(beam.PTransform):
             release_id=self.release_id, descriptor_digest=digest, noise_kind=self.noise_kind,
             private=self.private, value_scale=self.value_scale, diagnostics=self.diagnostics,
             integer_values=resolved.integer_release,
-            secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version)
+            secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version,
+            allowed_lateness_seconds=self.allowed_lateness_seconds)
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,

@@ -48,6 +48,7 @@ from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
 
 _FORWARDED = ("steps", "public_keys", "confidence", "secret", "seed", "insecure", "noise",
               "secret_fingerprint", "noise_source", "release_delay_steps",
+              "allowed_lateness_seconds",
               "max_state_bytes_per_key", "noise_version")
 _CACHED_CURVES = 1 << 10
 EXACT_TOTALS = "exact totals"  # the release stage's dead letters (a part's key halted)

@@ -154,6 +154,10 @@ class ReleaseConfig:
     # pickled by code before versions (a staged template run by newer workers) has none, and
     # `build` refuses it rather than derive another version's noise for its release
     noise_version: Optional[str] = None
+    # unbounded input: how long after its step's end an event still counts (a unit's step is
+    # processed then; later events are `late` dead letters); less than the release delay, so
+    # a step's contributions are in before it is released
+    allowed_lateness_seconds: float = 0.0
 
     def __post_init__(self):
         """Refuse a field of the wrong type or value (fail closed: a worker builds the release
@@ -178,6 +182,13 @@ class ReleaseConfig:
                            + ", ".join(_SECRET_METHODS) + ")",
                  f"a {type(self.secret).__name__} without {', '.join(missing)}")
         check.integer_at_least("release_delay_steps", self.release_delay_steps, 0)
+        lateness = self.allowed_lateness_seconds
+        if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
+                lateness == 0 or 0 < lateness < self.release_delay_steps * self.steps.size):
+            fail("allowed_lateness_seconds", f"0, or in (0, {self.release_delay_steps} x "
+                                             f"{self.steps.size:g}) s (less than the release "
+                                             f"delay: a step's contributions are in before it "
+                                             f"is released)", lateness)
         check_release_id(self.release_id)
         if not _is_sha256_hex(self.descriptor_digest):
             fail("descriptor_digest", "64 lowercase hex digits (the release descriptor's "

@@ -17,6 +17,7 @@ none.
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any, Dict, List, Sequence, Tuple
 
 import apache_beam as beam
@@ -60,9 +61,11 @@ class TruncateStreamingFn(beam.DoFn):
     PROGRESS = ReadModifyWriteStateSpec("progress", FastStateCoder())
     STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
 
-    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool):
+    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool,
+                 lateness_seconds: float = 0.0):
         self.problem, self.steps = problem, steps
         self.diagnostics = diagnostics
+        self.lateness = int(round(lateness_seconds * 1e6))  # micros after a step's end
         self.setup()
 
     def setup(self):
@@ -74,9 +77,10 @@ class TruncateStreamingFn(beam.DoFn):
 
     def _ready_through(self, fire: Timestamp) -> int:
         """The last step a timer firing at `fire` processes: the largest s in [-1, T) whose
-        end is <= fire + 1 us (ends grow with s, so an event is ready iff its step is <= it:
-        the same test as comparing each event's end), cached per firing time."""
-        micros = fire.micros
+        end + the allowed lateness is <= fire + 1 us (ends grow with s, so an event is ready
+        iff its step is <= it: the same test as comparing each event's end), cached per firing
+        time."""
+        micros = fire.micros - self.lateness
         found = self._ready.get(micros)
         if found is None:
             limit, end = float(micros) / 1e6 + MICRO, self.steps.end
@@ -93,13 +97,15 @@ class TruncateStreamingFn(beam.DoFn):
         return found
 
     def _end(self, step: int) -> Timestamp:
-        """The end of `step` as a Timestamp (the step-end timer), cached."""
+        """The end of `step` + the allowed lateness as a Timestamp (the step-end timer),
+        cached."""
         ends = self._ends
         found = ends.get(step)
         if found is None:
             if len(ends) >= 1 << 16:
                 ends.clear()
-            found = ends[step] = micros_of(self.steps.end(step))
+            found = ends[step] = Timestamp(micros=micros_of(self.steps.end(step)).micros
+                                           + self.lateness)
         return found
 
     def _stamp(self, step: int) -> Timestamp:
@@ -311,6 +317,7 @@ class ReleaseStreamingFn(beam.DoFn):
         # operator-only: the count depends on private data
         self.late = Metrics.counter(METRICS, "late_contributions") if config.diagnostics \
             else None
+        self.held = Metrics.counter(METRICS, "keys_held_at_wall_clock")
 
     def setup(self):
         self.maker = RecordMaker(self.config)
@@ -370,8 +377,10 @@ class ReleaseStreamingFn(beam.DoFn):
     def release(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
                 state=beam.DoFn.StateParam(STATE), timer=beam.DoFn.TimerParam(RELEASE)):
         """Releases, in order, every step of the key that is due at this firing (its release
-        time <= the firing time), then sets the timer for the next step. A firing with nothing
-        due (a repeated firing) releases nothing and sets the timer again."""
+        time <= the firing time and <= the wall clock), then sets the timer for the next step.
+        A firing with nothing due (a repeated firing) releases nothing and sets the timer
+        again; a firing ahead of the wall clock (a drain) releases what the wall clock passed
+        and sets no timer: the release ends at its last step released."""
         current = state.read()
         sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
         if sealed is None:  # the timer is set only after the seed sealed a state: state lost
@@ -379,7 +388,11 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"state (state lost, or a job updated from another state "
                                f"layout); releasing again from step 0 would repeat its noise "
                                f"on other data")
-        maker, horizon, step, due = self.maker, self.config.steps.horizon, released, fire.micros
+        maker, horizon, step = self.maker, self.config.steps.horizon, released
+        # a step is due when the watermark passed its release time, and never before the wall
+        # clock did: a drain moves the watermark to the end of time, which must not release
+        # the steps still to come (with no data) and seal the release early
+        due = min(fire.micros, int(time.time() * 1e6))
         records = []
         while step < horizon and (stop is None or step < stop):
             times = self._step_times(step)
@@ -396,9 +409,13 @@ class ReleaseStreamingFn(beam.DoFn):
         if records:
             state.write((sealed, step, stop, {} if stop == step else pending))
         if step < horizon and (stop is None or step < stop):
-            # also after a firing with nothing due: the local runner repeats a firing and the
-            # repeat clears the timer the first one set (it would never fire again)
-            timer.set(self._step_times(step)[1])
+            following = self._step_times(step)
+            if following[2] <= fire.micros:  # held by the wall clock: the watermark is ahead
+                self.held.inc()             # of it (a drain), a timer would fire at once
+            else:
+                # also after a firing with nothing due: the local runner repeats a firing and
+                # the repeat clears the timer the first one set (it would never fire again)
+                timer.set(following[1])
         yield from records
 
 
@@ -406,13 +423,16 @@ class TruncateStreaming(beam.PTransform):
     """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
     + dead letters."""
 
-    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False):
+    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False,
+                 lateness_seconds: float = 0.0):
         super().__init__()
         self.problem, self.steps, self.diagnostics = problem, steps, diagnostics
+        self.lateness_seconds = lateness_seconds
 
     def expand(self, events):
         out = events | "Truncate" >> beam.ParDo(TruncateStreamingFn(
-            self.problem, self.steps, self.diagnostics)).with_outputs(DEAD_LETTER,
+            self.problem, self.steps, self.diagnostics, self.lateness_seconds)).with_outputs(
+                DEAD_LETTER,
                                                                       main="deltas")
         return StageOutput(out.deltas, out[DEAD_LETTER])
 
@@ -467,8 +487,8 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     stepped = events | "AssignSteps" >> stages.AssignSteps(problem, config.steps, window,
                                                            diagnostics)
     # (unit, Event tuple) + dead letters
-    truncated = stepped.main | "TruncatePerUnit" >> TruncateStreaming(problem, config.steps,
-                                                                      diagnostics)
+    truncated = stepped.main | "TruncatePerUnit" >> TruncateStreaming(
+        problem, config.steps, diagnostics, config.allowed_lateness_seconds)
     # ((key, step), Delta(value | halt)) at each step's end + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))

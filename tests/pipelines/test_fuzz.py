@@ -768,7 +768,7 @@ def assign(transform, element, micros):
 def json_row_outcome(transform, line: bytes):
     """A JSON line through the job's reader, `ToElement` and `AssignSteps` -> (events, dead)."""
     events, dead = [], []
-    for out in job_io._ParseJson().process(line):
+    for out in job_io.ParseJson().process(line):
         if isinstance(out, beam.pvalue.TaggedOutput):
             assert writable(out.value) and out.value["reason"]
             dead.append(out.value)

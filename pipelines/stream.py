@@ -1,0 +1,252 @@
+"""The streaming job: one config with `input.kind: pubsub`, released step by step as it runs.
+
+    python3 -m pipelines.run --config my_stream.yaml            # local: Beam's streaming runner
+    python3 -m pipelines.run --config my_stream.yaml --runner DataflowRunner ...   # launches
+
+Stages, with the element after each:
+
+    ReadFromPubSub(subscription, timestamp_attribute)   PubsubMessage (event time from the attribute)
+    DropHeartbeats                                      its data: one JSON object (bytes)
+    ParseJson -> ToElements                             the transform's element, or a dead letter
+    <transform>, claimed by release.json                records at each step's release
+    WriteStepFiles                                      steps/step-N.<format> + step-N.json, once
+    StepStatus                                          operator/steps/step-N.json (publication lag)
+    dead letters                                        operator/dead_letters-<bundle>.jsonl
+
+`release.json` is the release's claim: the job creates it (create-if-absent) before any step
+can be published, so a second launch into the same folder fails before it writes anything. A
+message with the attribute `heartbeat` is not an event (publishers of an idle topic send them
+so that the watermark moves: the local emulator holds an idle pull up to 30 s); it is dropped
+before parsing. A stopped streaming release does not continue: a job launched again into its
+folder is refused (continuing needs the release's checkpoint, which this job does not write
+yet); a new release needs a new output folder or job name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines import config as job_config
+from pipelines import io
+from pipelines.checkpoints import read_json, write_text
+from transforms.claims import ClaimOnce, guard, guarded
+from transforms.durable import create_if_absent
+from transforms.messages import DEAD_LETTER, METRICS
+from transforms.step_files import WriteStepFiles, step_name
+
+HEARTBEAT = "heartbeat"  # a message attribute: the message is not an event
+
+
+def steps_folder(public_folder: str) -> str:
+    return f"{public_folder.rstrip('/')}/steps"
+
+
+def release_claim(job: job_config.JobConfig, manifest: dict) -> ClaimOnce:
+    """The streaming release's claim and manifest in one: `<public>/release.json`."""
+    return ClaimOnce(f"{job.public_path.rstrip('/')}/release.json", manifest,
+                     f"the folder {job.public_path} (it holds a release of job {job.job}; a "
+                     f"streaming release is launched once: a new release needs a new output "
+                     f"folder or job name)")
+
+
+class DropHeartbeats(beam.DoFn):
+    """PubsubMessage -> its data, unless it is a heartbeat (counted, operator-only)."""
+
+    def __init__(self):
+        self.heartbeats = Metrics.counter(METRICS, "heartbeats")
+
+    def process(self, message):
+        if (message.attributes or {}).get(HEARTBEAT) is not None:
+            self.heartbeats.inc()
+            return
+        yield message.data
+
+
+def read_elements(pipeline, job: job_config.JobConfig, remote: bool):
+    """-> (elements with event times, [dead-letter PCollections]) from the subscription."""
+    source = job.input
+    messages = pipeline | "ReadFromPubSub" >> beam.io.ReadFromPubSub(
+        subscription=source.subscription, with_attributes=True,
+        timestamp_attribute=source.timestamp_attribute,
+        # the local runner refuses id_label; Dataflow deduplicates redelivered messages by it
+        id_label=source.id_attribute if remote else None)
+    lines = messages | "DropHeartbeats" >> beam.ParDo(DropHeartbeats())
+    rows = lines | "ParseJson" >> beam.ParDo(io.ParseJson()).with_outputs(DEAD_LETTER,
+                                                                          main="rows")
+    elements = rows.rows | "ToElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
+        DEAD_LETTER, main="elements")
+    return elements.elements, [rows[DEAD_LETTER], elements[DEAD_LETTER]]
+
+
+class WriteBundleFiles(beam.DoFn):
+    """Operator-only lines (dead letters) -> one JSON-lines file per bundle under `prefix`,
+    created whole (create-if-absent of a fresh name) when the bundle finishes."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def start_bundle(self):
+        self.lines = []
+
+    def process(self, record):
+        self.lines.append(json.dumps(record, sort_keys=True))
+
+    def finish_bundle(self):
+        if self.lines:
+            path = f"{self.prefix}-{uuid.uuid4().hex}.jsonl"
+            create_if_absent(path, ("\n".join(self.lines) + "\n").encode("utf-8"))
+            self.lines = []
+
+
+class StepStatus(beam.DoFn):
+    """A published step's manifest -> the operator's note of it: when it was published and how
+    long after its step's end (operator-only: publication times follow the data's arrival)."""
+
+    def __init__(self, folder: str, size_seconds: float):
+        self.folder, self.size = folder, size_seconds
+
+    def process(self, manifest):
+        now = time.time()
+        end = manifest["window_end"]
+        end_seconds = end if isinstance(end, (int, float)) else _seconds(end)
+        status = {"step": manifest["step"], "records": manifest["records"],
+                  "published_at": now, "seconds_after_step_end": now - end_seconds}
+        create_if_absent(step_name(self.folder, manifest["step"], ".json"),
+                         json.dumps(status, sort_keys=True).encode("utf-8"))
+        yield status
+
+
+def _seconds(text: str) -> float:
+    import datetime
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote: bool):
+    """The streaming job's graph (the module docstring's stages)."""
+    passed = guard(pipeline, release_claim(job, manifest), "ClaimRelease")
+    elements, dead = read_elements(pipeline, job, remote)
+    transform.claimed_by(passed)  # nothing is published before release.json is claimed
+    result = elements | job.transform >> transform
+    manifests = result.records | "PublishSteps" >> WriteStepFiles(
+        steps_folder(job.public_path), job.public_keys, job.output.formats)
+    _ = manifests | "StepStatus" >> beam.ParDo(StepStatus(
+        steps_folder(job.operator_path), job.steps.size_seconds))
+    dead_letters = guarded(dead + [result.dead_letters] | "AllDeadLetters" >> beam.Flatten(),
+                           passed, "CheckedDeadLetters")
+    _ = dead_letters | "WriteDeadLetters" >> beam.ParDo(WriteBundleFiles(
+        f"{job.operator_path.rstrip('/')}/dead_letters"))
+
+
+def published_steps(job: job_config.JobConfig) -> dict:
+    """step -> its operator note, for the steps published so far (local folders)."""
+    folder = steps_folder(job.operator_path)
+    found = {}
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.startswith("step-") and name.endswith(".json"):
+                try:
+                    status = read_json(os.path.join(folder, name))
+                except (OSError, ValueError):
+                    continue
+                found[status["step"]] = status
+    return found
+
+
+def refuse_published_folder(job: job_config.JobConfig) -> None:
+    """A folder that holds a release is not launched into again (one line, before launching)."""
+    path = os.path.join(job.public_path, "release.json")
+    if "://" not in path and os.path.exists(path):
+        try:
+            release = read_json(path).get("release_id")
+        except (OSError, ValueError, AttributeError):
+            release = "unreadable"
+        job_config.fail("output.path", f"a folder without a release of job {job.job} (release "
+                                       f"{release} was published there; a stopped streaming "
+                                       f"release does not continue: a new release needs a new "
+                                       f"output.path or job name)", job.output.path)
+
+
+class Watch:
+    """The local driver's view of a running streaming job: it runs `wait_until_finish` in a
+    thread (the local runner returns only when the job ends or fails) and reads the operator
+    folder for the steps published."""
+
+    def __init__(self, result):
+        self.result, self.error = result, None
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+        self.thread.start()
+
+    def _wait(self):
+        try:
+            self.result.wait_until_finish()
+        except BaseException as error:  # noqa: BLE001 (reported by the driver)
+            self.error = error
+
+    @property
+    def ended(self) -> bool:
+        return not self.thread.is_alive()
+
+    def stop(self) -> None:
+        try:
+            self.result.cancel()
+        except Exception:  # noqa: BLE001 (a runner that cannot cancel: the process ends)
+            pass
+
+
+def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: int) -> dict:
+    """What the operator folder's summary.json says of a running streaming job (NOT private:
+    exact dead-letter counts and publication times)."""
+    from pipelines import commit
+    lags = [status["seconds_after_step_end"] for status in published.values()]
+    return {"steps_published": len(published), "horizon": job.steps.horizon,
+            "last_step": max(published, default=None),
+            "release_delay_steps": delay_steps,
+            "seconds_after_step_end": {"max": max(lags, default=None),
+                                       "last": published[max(published)][
+                                           "seconds_after_step_end"] if published else None},
+            "dead_letters": commit.dead_letters_by_reason(job.operator_path)}
+
+
+def step_line(job: job_config.JobConfig, status: dict) -> str:
+    rows = [json.loads(line) for line in open(step_name(
+        steps_folder(job.public_path), status["step"], ".jsonl"))] \
+        if "jsonl" in job.output.formats else []
+    values = ", ".join(f"{r['key']} {r['value']:.1f}" for r in rows[:6]) + (
+        ", ..." if len(rows) > 6 else "")
+    return (f"step {status['step']}: {status['records']} records, published "
+            f"{status['seconds_after_step_end']:.1f} s after the step's end"
+            + (f": {values}" if values else ""))
+
+
+def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll: float = 0.2,
+           grace_seconds: float = None) -> int:
+    """Prints each step as it is published and keeps the operator summary current; returns
+    once every step is published (0), the job failed (2), or the last step's release time is
+    `grace_seconds` behind the wall clock with steps missing (1)."""
+    steps = job.steps.time_steps()
+    last_release = steps.end(steps.horizon - 1 + delay_steps)
+    grace = grace_seconds if grace_seconds is not None else 2 * job.steps.size_seconds + 30
+    shown, written = set(), None
+    while True:
+        published = published_steps(job)
+        for step in sorted(set(published) - shown):
+            print(step_line(job, published[step]), file=out, flush=True)
+            shown.add(step)
+        if written != len(shown):
+            summary = operator_summary(job, published, delay_steps)
+            write_text(os.path.join(job.operator_path, "summary.json"),
+                       json.dumps(summary, indent=2, sort_keys=True))
+            written = len(shown)
+        if len(shown) == steps.horizon:
+            return 0
+        if watch.ended:
+            return 2 if watch.error is not None else 1
+        if time.time() > last_release + grace:
+            return 1
+        time.sleep(poll)

@@ -1,0 +1,139 @@
+"""The streaming job (pipelines/stream.py through `pipelines.run`) from a config with
+`input.kind: pubsub`, live on the local Pub/Sub emulator (started and stopped here)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from pipelines import run as job_run
+from pipelines.emulator import Heartbeats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SIZE, HORIZON, LATENESS = 2.0, 5, 0.5
+KEYS = ["eu", "us", "apac"]
+
+
+def write_config(tmp_path, name: str, origin: float, source: dict) -> str:
+    """configs/streaming/active_users.yaml with steps of 2 s from `origin`, a fixed seed and
+    `source` as its input."""
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "streaming", "active_users.yaml")))
+    raw["input"] = source
+    raw["steps"] = {"origin": origin, "size_seconds": SIZE, "horizon": HORIZON}
+    if source.get("kind") == "pubsub":
+        raw["steps"]["allowed_lateness_seconds"] = LATENESS
+    raw["public_keys"] = KEYS
+    raw["bounds"] = {"max_contributions": 4, "max_contributions_per_step": 2,
+                     "max_keys_per_unit": 1}
+    raw["secret"] = {"seed": 11, "insecure": True}
+    raw["output"] = {"path": str(tmp_path / name), "formats": ["jsonl", "csv"]}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+FIELDS = {"timestamp": "t", "unit": "user", "key": "region"}
+
+
+def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emulator, tmp_path):
+    """Events live over 5 steps of 2 s, 3 keys ("apac" has none in steps 1 and 3), one event
+    sent late on purpose: every step's files appear within the release delay + 1 s of the
+    step's end, one record per public key per step, the late event is a dead letter naming its
+    step, and the records equal the batch job's on the same (on-time) events bit for bit."""
+    subscription = emulator.subscription("events", "job")
+    origin = float(int(time.time()) + 7)  # the job is reading before step 0 begins
+    config = write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", config],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    steps_folder = tmp_path / "live" / "active-users-live" / "steps"
+    sent, seen, i, late_sent = [], {}, 0, False
+    with Heartbeats(emulator, "events", every=0.3):
+        while time.time() < origin + SIZE * (HORIZON + 2) and job.poll() is None:
+            now = time.time()
+            step = int((now - origin) // SIZE)
+            if 0 <= step < HORIZON:
+                region = KEYS[i % 3]
+                if not (region == "apac" and step in (1, 3)):
+                    row = {"user": f"u{i % 11}", "region": region, "t": now}
+                    emulator.publish("events", row, ms=int(now * 1000))
+                    sent.append(row)
+                if step == 3 and not late_sent:  # step 1's event, 2 steps after its end
+                    late = {"user": "late-user", "region": "eu", "t": origin + SIZE + 0.5}
+                    emulator.publish("events", late, ms=int(late["t"] * 1000))
+                    late_sent = True
+            i += 1
+            time.sleep(0.15)
+            for path in glob.glob(str(steps_folder / "step-*.json")):
+                seen.setdefault(os.path.basename(path), time.time())
+        out, err = job.communicate(timeout=60)
+    assert job.returncode == 0, err[-3000:]
+    assert sorted(seen) == [f"step-{s:08d}.json" for s in range(HORIZON)], out
+    for name, when in seen.items():
+        step = int(name[5:13])
+        # published once every key's record is in: within the release delay (one step) + 1 s
+        # of the step's end (+ 0.15 s, the polling here)
+        assert when - (origin + SIZE * (step + 1)) <= SIZE + 1.15, (name, when)
+    live = [json.loads(line) for s in range(HORIZON)
+            for line in open(steps_folder / f"step-{s:08d}.jsonl")]
+    assert [(r["step"], r["key"]) for r in live] == [
+        (s, k) for s in range(HORIZON) for k in sorted(KEYS)]
+    operator = tmp_path / "live" / "active-users-live-operator"
+    dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
+            for line in open(path)]
+    # a new unit's late event passes its (empty) truncation and is refused by the release:
+    # either way one dead letter that names the step it missed
+    assert len(dead) == 1 and dead[0]["reason"] in (
+        "late: step 1 of this unit was already processed",
+        "late: step 1 of key 'eu' was already released"), dead
+    summary = json.load(open(operator / "summary.json"))
+    assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {"late": 1}
+    # the same events (on time) as files, released by the batch job with the same seed
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
+    batch_config = write_config(tmp_path, "batch", origin, {
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    assert job_run.main(["--config", batch_config]) == 0
+    batch = [json.loads(line) for path in glob.glob(
+        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # bit for bit
+    # the step files hold the same records in each format
+    csv_rows = open(steps_folder / "step-00000002.csv").read().splitlines()
+    assert len(csv_rows) == 1 + len(KEYS)
+
+
+def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, capsys):
+    """A streaming release stopped (or still running) is not continued by launching again: the
+    job is refused in one line before it starts (exit 2), nothing written."""
+    config = write_config(tmp_path, "live", 1_800_000_000.0, {
+        "kind": "pubsub", "subscription": "projects/p/subscriptions/s",
+        "timestamp_attribute": "ms", "format": "jsonl", "fields": FIELDS})
+    public = tmp_path / "live" / "active-users-live"
+    public.mkdir(parents=True)
+    (public / "release.json").write_text(json.dumps({"release_id": "ab" * 16}))
+    before = sorted(os.listdir(tmp_path / "live"))
+    assert job_run.main(["--config", config]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: `output.path` must be a folder without a release of job "
+                   f"active-users-live (release {'ab' * 16} was published there; a stopped "
+                   f"streaming release does not continue: a new release needs a new "
+                   f"output.path or job name); got '{tmp_path / 'live'}'."]
+    assert sorted(os.listdir(tmp_path / "live")) == before
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--streaming"], "`--streaming` must be left out for file input"),
+])
+def test_streaming_options_on_files_are_refused(tmp_path, capsys, args, message):
+    config = write_config(tmp_path, "batch", 1_800_000_000.0, {
+        "path": "demo:active_users.jsonl", "format": "jsonl", "fields": {
+            "timestamp": "ts", "unit": "user", "key": "region"}})
+    assert job_run.main(["--config", config, *args]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
