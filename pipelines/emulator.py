@@ -135,11 +135,13 @@ class Heartbeats:
 
     def __init__(self, emulator: PubSubEmulator, topic: str, every: float = 0.5):
         self.emulator, self.topic, self.every = emulator, topic, every
-        self.done = threading.Event()
+        self.done, self.paused = threading.Event(), threading.Event()  # set: no heartbeats
         self.thread = threading.Thread(target=self._beat, daemon=True)
 
     def _beat(self):
         while not self.done.wait(self.every):
+            if self.paused.is_set():
+                continue
             try:
                 self.emulator.publish(self.topic, None, heartbeat=1,
                                       ts=int(time.time() * 1000)).result()

@@ -41,11 +41,11 @@ def write_config(tmp_path, name: str, origin: float, source: dict) -> str:
 FIELDS = {"timestamp": "t", "unit": "user", "key": "region"}
 
 
-def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emulator, tmp_path):
-    """Events live over 5 steps of 2 s, 3 keys ("apac" has none in steps 1 and 3), one event
-    sent late on purpose: every step's files appear within the release delay + 1 s of the
-    step's end, one record per public key per step, the late event is a dead letter naming its
-    step, and the records equal the batch job's on the same (on-time) events bit for bit."""
+def run_live(emulator, tmp_path, pause=()):
+    """The streaming job from a config, fed live: events over 5 steps of 2 s, 3 keys ("apac"
+    has none in steps 1 and 3), one event of step 1 sent two steps late (or more, after a pause); nothing at all (no
+    heartbeat either) during the steps in `pause`. -> (origin, events sent on time, when each
+    step manifest appeared, the job's stdout)."""
     subscription = emulator.subscription("events", "job")
     origin = float(int(time.time()) + 7)  # the job is reading before step 0 begins
     config = write_config(tmp_path, "live", origin, {
@@ -55,17 +55,21 @@ def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emula
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     steps_folder = tmp_path / "live" / "active-users-live" / "steps"
     sent, seen, i, late_sent = [], {}, 0, False
-    with Heartbeats(emulator, "events", every=0.3):
+    with Heartbeats(emulator, "events", every=0.3) as heartbeats:
         while time.time() < origin + SIZE * (HORIZON + 2) and job.poll() is None:
             now = time.time()
             step = int((now - origin) // SIZE)
-            if 0 <= step < HORIZON:
+            if step in pause:
+                heartbeats.paused.set()
+            else:
+                heartbeats.paused.clear()
+            if 0 <= step < HORIZON and step not in pause:
                 region = KEYS[i % 3]
                 if not (region == "apac" and step in (1, 3)):
                     row = {"user": f"u{i % 11}", "region": region, "t": now}
                     emulator.publish("events", row, ms=int(now * 1000))
                     sent.append(row)
-                if step == 3 and not late_sent:  # step 1's event, 2 steps after its end
+                if step >= 3 and not late_sent:  # step 1's event, 2+ steps after its end
                     late = {"user": "late-user", "region": "eu", "t": origin + SIZE + 0.5}
                     emulator.publish("events", late, ms=int(late["t"] * 1000))
                     late_sent = True
@@ -75,12 +79,13 @@ def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emula
                 seen.setdefault(os.path.basename(path), time.time())
         out, err = job.communicate(timeout=60)
     assert job.returncode == 0, err[-3000:]
-    assert sorted(seen) == [f"step-{s:08d}.json" for s in range(HORIZON)], out
-    for name, when in seen.items():
-        step = int(name[5:13])
-        # published once every key's record is in: within the release delay (one step) + 1 s
-        # of the step's end (+ 0.15 s, the polling here)
-        assert when - (origin + SIZE * (step + 1)) <= SIZE + 1.15, (name, when)
+    return origin, sent, seen, out
+
+
+def check_against_batch(tmp_path, origin, sent):
+    """The published steps: one record per public key per step, equal bit for bit to the
+    batch job's records of the events sent on time (same seed); one late dead letter."""
+    steps_folder = tmp_path / "live" / "active-users-live" / "steps"
     live = [json.loads(line) for s in range(HORIZON)
             for line in open(steps_folder / f"step-{s:08d}.jsonl")]
     assert [(r["step"], r["key"]) for r in live] == [
@@ -95,7 +100,6 @@ def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emula
         "late: step 1 of key 'eu' was already released"), dead
     summary = json.load(open(operator / "summary.json"))
     assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {"late": 1}
-    # the same events (on time) as files, released by the batch job with the same seed
     data = tmp_path / "events.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in sent))
     batch_config = write_config(tmp_path, "batch", origin, {
@@ -104,9 +108,34 @@ def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emula
     batch = [json.loads(line) for path in glob.glob(
         str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # bit for bit
-    # the step files hold the same records in each format
-    csv_rows = open(steps_folder / "step-00000002.csv").read().splitlines()
-    assert len(csv_rows) == 1 + len(KEYS)
+
+
+def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emulator, tmp_path):
+    """Every step's files appear within the release delay + 1 s of the step's end, one
+    record per public key per step, the late event is a dead letter naming its step, and the
+    records equal the batch job's on the same (on-time) events bit for bit."""
+    origin, sent, seen, out = run_live(emulator, tmp_path)
+    assert sorted(seen) == [f"step-{s:08d}.json" for s in range(HORIZON)], out
+    for name, when in seen.items():
+        step = int(name[5:13])
+        # published once every key's record is in: within the release delay (one step) + 1 s
+        # of the step's end (+ 0.15 s, the polling here)
+        assert when - (origin + SIZE * (step + 1)) <= SIZE + 1.15, (name, when)
+    check_against_batch(tmp_path, origin, sent)
+    csv_rows = open(tmp_path / "live" / "active-users-live" / "steps" /
+                    "step-00000002.csv").read().splitlines()
+    assert len(csv_rows) == 1 + len(KEYS)  # the same records in each format
+
+
+@pytest.mark.slow  # 25 s; the jumps themselves run in CI with TestStream (tests/test_streaming.py)
+def test_a_live_source_silent_for_two_steps_releases_them_once_when_it_resumes(emulator,
+                                                                                tmp_path):
+    """No message at all in steps 2 and 3 (an idle source: the emulator holds its pull, the
+    watermark stops), then events again: the watermark jumps across both step ends at once and
+    every step is still released once, equal to the batch run."""
+    origin, sent, seen, out = run_live(emulator, tmp_path, pause=(2, 3))
+    assert sorted(seen) == [f"step-{s:08d}.json" for s in range(HORIZON)], out
+    check_against_batch(tmp_path, origin, sent)
 
 
 def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, capsys):
