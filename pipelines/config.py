@@ -299,7 +299,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      source[name])
         if not isinstance(source.get("path"), str) or not source["path"]:
             fail("input.path", "a non-empty path (or demo:<file>)", source.get("path"))
-    default_format = os.path.splitext(source.get("path", ".jsonl"))[1].lstrip(".")
+    default_format = "jsonl" if source_kind == "pubsub" else \
+        os.path.splitext(source["path"])[1].lstrip(".")
     fmt = source.get("format", default_format)
     if fmt not in FORMATS:
         fail("input.format", "one of " + ", ".join(repr(f) for f in FORMATS), fmt)
@@ -472,10 +473,13 @@ def _pubsub_input(source) -> dict:
         fail("input.path", "absent for input.kind 'pubsub' (its events come from "
                            "`subscription`)", source["path"])
     subscription = source.get("subscription")
-    parts = subscription.split("/") if isinstance(subscription, str) else []
-    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "subscriptions" or not all(
-            parts):
-        fail("input.subscription", "projects/<project>/subscriptions/<name>", subscription)
+    try:  # Beam's own rule (a project id of 6 to 30 letters, digits and '-', ...)
+        from apache_beam.io.gcp.pubsub import parse_subscription
+        parse_subscription(subscription if isinstance(subscription, str) else "")
+    except ValueError:
+        fail("input.subscription", "projects/<project id>/subscriptions/<name> (a project id "
+                                   "is 6 to 30 lowercase letters, digits and '-')",
+             subscription)
     settings = {"subscription": subscription}
     for name in ("timestamp_attribute", "id_attribute"):
         value = source.get(name)

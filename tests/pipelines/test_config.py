@@ -140,3 +140,62 @@ def test_unknown_bundled_config_names_are_one_error(name):
     with pytest.raises(ConfigError, match=r"^`config` must be a path or demo:<name> with a "
                                           r"bundled name \(one of active_users, "):
         load(name)
+
+
+STREAM = {"kind": "pubsub", "subscription": "projects/dp-demo/subscriptions/events",
+          "timestamp_attribute": "ts", "fields": BASE["input"]["fields"]}
+
+
+def streamed(**changes):
+    config = copy.deepcopy(BASE)
+    config["input"] = {k: v for k, v in dict(STREAM, **changes).items() if v is not DELETE}
+    return config
+
+
+def test_a_pubsub_input_is_read_as_configured():
+    job = validate(dict(streamed(id_attribute="event_id"), steps=dict(
+        BASE["steps"], release_delay_steps=2, allowed_lateness_seconds=900)))
+    assert job.input.unbounded and job.input.path == "" and job.input.format == "jsonl"
+    assert (job.input.subscription, job.input.timestamp_attribute, job.input.id_attribute) == (
+        "projects/dp-demo/subscriptions/events", "ts", "event_id")
+    assert (job.steps.release_delay_steps, job.steps.allowed_lateness_seconds) == (2, 900.0)
+    files = validate(BASE)
+    assert not files.input.unbounded and files.input.kind == "files"
+    assert (files.steps.release_delay_steps, files.steps.allowed_lateness_seconds) == (1, 0.0)
+
+
+@pytest.mark.parametrize("config,message", [
+    (streamed(kind="kafka"), r"^`input.kind` must be one of 'files', 'pubsub'; got 'kafka'\.$"),
+    (streamed(path="x.jsonl"), r"^`input.path` must be absent for input.kind 'pubsub'"),
+    (streamed(subscription="projects/p/subscriptions/s"),
+     r"^`input.subscription` must be projects/<project id>/subscriptions/<name> .*got "
+     r"'projects/p/subscriptions/s'\.$"),
+    (streamed(subscription=DELETE), r"^`input.subscription` must be projects/.*got None\.$"),
+    (streamed(timestamp_attribute=DELETE), r"^`input.timestamp_attribute` must be the message "
+                                           r"attribute holding each event's time"),
+    (streamed(id_attribute=""), r"^`input.id_attribute` must be a message attribute name"),
+    (streamed(format="csv"), r"^`input.format` must be 'jsonl' for input.kind 'pubsub'"),
+    (edited(("input", "subscription"), "projects/dp-demo/subscriptions/e"),
+     r"^`input.subscription` must be absent for input.kind 'files'"),
+    (edited(("steps", "allowed_lateness_seconds"), 1),
+     r"^`steps.allowed_lateness_seconds` must be absent for input.kind 'files'"),
+    (edited(("steps", "release_delay_steps"), 2),
+     r"^`steps.release_delay_steps` must be absent for input.kind 'files'"),
+    (dict(streamed(), steps=dict(BASE["steps"], release_delay_steps=0)),
+     r"^`steps.release_delay_steps` must be an integer >= 1; got 0\.$"),
+    (dict(streamed(), steps=dict(BASE["steps"], allowed_lateness_seconds=3600)),
+     r"^`steps.allowed_lateness_seconds` must be a number of seconds in \[0, "
+     r"release_delay_steps x size_seconds\) .*got 3600\.$"),
+    (dict(streamed(), steps=dict(BASE["steps"], allowed_lateness_seconds=-1)),
+     r"^`steps.allowed_lateness_seconds` must be a number of seconds .*got -1\.$"),
+])
+def test_invalid_streaming_inputs_name_the_field(config, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(config)
+
+
+def test_batch_drivers_refuse_a_subscription():
+    from pipelines import io
+    with pytest.raises(ConfigError, match=r"^`input.kind` must be 'files' for a batch or "
+                                          r"scheduled job"):
+        io.check_bounded_options((), validate(streamed()))

@@ -142,7 +142,7 @@ def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, caps
     """A streaming release stopped (or still running) is not continued by launching again: the
     job is refused in one line before it starts (exit 2), nothing written."""
     config = write_config(tmp_path, "live", 1_800_000_000.0, {
-        "kind": "pubsub", "subscription": "projects/p/subscriptions/s",
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
         "timestamp_attribute": "ms", "format": "jsonl", "fields": FIELDS})
     public = tmp_path / "live" / "active-users-live"
     public.mkdir(parents=True)
