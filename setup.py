@@ -11,7 +11,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["transforms", "transforms.*",
                                                "pipelines", "pipelines.*", "configs"]),
     package_data={"pipelines": ["demo_data/*.jsonl", "demo_data/*.txt"],
-                  "configs": ["*.yaml"]},
+                  "configs": ["*.yaml", "streaming/*.yaml"]},
     include_package_data=True,
     install_requires=[
         "apache-beam>=2.60,<3",
@@ -25,6 +25,8 @@ setuptools.setup(
                  # the live streaming test reads from the local Pub/Sub emulator
                  "google-cloud-pubsub>=2.18,<3"],
         "report": ["matplotlib>=3.5"],
+        # streaming jobs from Pub/Sub (pipelines.stream, the local emulator's demo)
+        "pubsub": ["google-cloud-pubsub>=2.18,<3"],
         # Dataflow: GCP I/O for the runner and secrets from Google Secret Manager
         "gcp": ["apache-beam[gcp]>=2.60,<3", "google-cloud-secret-manager>=2.16,<3"],
     },

@@ -482,10 +482,10 @@ def _pubsub_input(source) -> dict:
              subscription)
     settings = {"subscription": subscription}
     for name in ("timestamp_attribute", "id_attribute"):
-        value = source.get(name)
-        if value is not None and (not isinstance(value, str) or not value):
-            fail(f"input.{name}", "a message attribute name", value)
-        settings[name] = value
+        attribute = source.get(name)
+        if attribute is not None and (not isinstance(attribute, str) or not attribute):
+            fail(f"input.{name}", "a message attribute name", attribute)
+        settings[name] = attribute
     if settings["timestamp_attribute"] is None:
         fail("input.timestamp_attribute", "the message attribute holding each event's time "
                                           "(milliseconds since the epoch or RFC 3339: the "
