@@ -58,7 +58,7 @@ def ephemeral_secret():
 
 def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
                     mechanism=None, secret_fingerprint=None, noise_source=None,
-                    noise_version=None):
+                    noise_version=None, checkpoint=None):
     """The configured transform. `secret` overrides the config's (`noise_source`: an injected
     source instead, e.g. the report's exact totals); `release_id`, `mechanism` (name, params)
     and `noise_version` continue an existing release (the scheduler's ledger)."""
@@ -82,6 +82,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   **job.privacy.budget, **job.bounds)
     if noise_version is not None:
         kwargs["noise_version"] = noise_version
+    if checkpoint is not None:  # a streaming release that can be continued
+        kwargs["checkpoint"] = checkpoint
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys
@@ -143,6 +145,9 @@ def main(argv=None) -> int:
                         help="show Beam's own logs (quiet by default)")
     parser.add_argument("--json", action="store_true",
                         help="print the run summary as one JSON object on stdout")
+    parser.add_argument("--continue", dest="continue_release", action="store_true",
+                        help="streaming: continue the stopped release in the job's folder "
+                             "from its last checkpointed step")
     args, beam_args = parser.parse_known_args(argv)
     logs.configure(args.verbose)
     runner = runner_of(beam_args)
@@ -152,9 +157,14 @@ def main(argv=None) -> int:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
         if job.input.unbounded:
-            stream.refuse_published_folder(job)
+            if not args.continue_release:
+                stream.refuse_published_folder(job)
         else:
             io.check_bounded_options(beam_args)
+            if args.continue_release:
+                job_config.fail("--continue", "used with a streaming job (input.kind pubsub; "
+                                              "a batch release continues with "
+                                              "python3 -m pipelines.schedule)", "files")
         io.preflight(job, runner in LOCAL_RUNNERS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -233,13 +243,19 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     options.view_as(StandardOptions).streaming = True
     with contextlib.ExitStack() as stack:
         secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
+        checkpoint = stream.checkpoint_folder(job) if stream.checkpointed(job) else None
+        continuation = None
         try:
-            transform = build_transform(job, secret)
+            if args.continue_release:
+                transform, continuation = continued_stream(job, checkpoint)
+            else:
+                transform = build_transform(job, secret, checkpoint=checkpoint)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        manifest = dict(release_manifest(transform), input=io.input_binding(job))
         pipeline = beam.Pipeline(options=options)
-        stream.build(pipeline, job, transform, release_manifest(transform), remote=not local)
+        stream.build(pipeline, job, transform, manifest, not local, continuation)
         result = pipeline.run()
         where = (f"release {transform.release_id}: streaming from {job.input.subscription}; "
                  f"each step is published under {stream.steps_folder(job.public_path)}/ once "
@@ -273,6 +289,33 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
               + f"; operator-only (NOT private): {job.operator_path}/summary.json, "
                 f"dead_letters-*.jsonl", flush=True)
         return 0 if code == 0 else 1
+
+
+def continued_stream(job: job_config.JobConfig, checkpoint: str):
+    """(the transform, its `stream.Continuation`) that continue the stopped streaming release
+    in the job's folder: refused unless the config reads and releases as the release was
+    started (its descriptor and input binding), with its secret, from a verified checkpoint."""
+    release = stream.published_release(job)
+    if release is None:
+        job_config.fail("--continue", f"used where a release of job {job.job} was published "
+                                      f"(none in {job.public_path})", job.output.path)
+    if checkpoint is None:
+        job_config.fail("--continue", "used with a count or sum (the other transforms' "
+                                      "streaming releases are not checkpointed)", job.transform)
+    if not job.secret.configured:
+        job_config.fail("secret", "the release's own secret, configured (env, path, "
+                                  "gcp_secret or seed), to continue it", "none")
+    transform = build_transform(job, release_id=release.get("release_id"),
+                                checkpoint=checkpoint)
+    for name, now in (("descriptor", transform.descriptor),
+                      ("input", io.input_binding(job))):
+        if release.get(name) != json.loads(json.dumps(now)):
+            job_config.fail("config", f"the one release {transform.release_id} was started "
+                                      f"with (its {name} differs: a release continues on the "
+                                      f"terms it was published with)", name)
+    continuation = stream.Continuation(job, transform)
+    continuation.republish_last(job)
+    return transform, continuation
 
 
 def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:

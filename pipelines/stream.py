@@ -17,9 +17,14 @@ Stages, with the element after each:
 can be published, so a second launch into the same folder fails before it writes anything. A
 message with the attribute `heartbeat` is not an event (publishers of an idle topic send them
 so that the watermark moves: the local emulator holds an idle pull up to 30 s); it is dropped
-before parsing. A stopped streaming release does not continue: a job launched again into its
-folder is refused (continuing needs the release's checkpoint, which this job does not write
-yet); a new release needs a new output folder or job name.
+before parsing.
+
+A count or sum is checkpointed (`transforms.stream_checkpoint`, in the operator folder): each
+step is claimed by its execution and checkpointed before its files are written. A stopped job
+continues with `--continue` (`Continuation`: the checkpoint verified, the steps from the last
+checkpointed one + 1 claimed once, the units' and keys' states resumed). A job launched again
+into a folder that holds a release without `--continue` is refused; a new release needs a new
+output folder or job name.
 """
 from __future__ import annotations
 
@@ -38,7 +43,9 @@ from pipelines.checkpoints import read_json, write_text
 from transforms.claims import ClaimOnce, guard, guarded
 from transforms.durable import create_if_absent
 from transforms.messages import DEAD_LETTER, METRICS
-from transforms.step_files import WriteStepFiles, step_name
+from transforms.messages import StepWindow
+from transforms.step_files import StepCheckpoint, WriteStepFiles, publish_step, step_name
+from transforms.validation import fail
 
 HEARTBEAT = "heartbeat"  # a message attribute: the message is not an event
 
@@ -127,14 +134,79 @@ def _seconds(text: str) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote: bool):
-    """The streaming job's graph (the module docstring's stages)."""
-    passed = guard(pipeline, release_claim(job, manifest), "ClaimRelease")
+def checkpoint_folder(job: job_config.JobConfig) -> str:
+    """Operator-only (the keys' mechanism states and the units' truncation states)."""
+    return f"{job.operator_path.rstrip('/')}/checkpoint"
+
+
+def checkpointed(job: job_config.JobConfig) -> bool:
+    """Whether the job's release can be continued (`transforms.stream_checkpoint`: the
+    transforms whose truncation keeps a flat state)."""
+    return job.transform in ("count", "sum")
+
+
+class Continuation:
+    """A stopped streaming release, verified (`stream_checkpoint.verified_resume`): it
+    continues from `first` = its last checkpointed step + 1."""
+
+    def __init__(self, job: job_config.JobConfig, transform):
+        from transforms import stream_checkpoint as ck
+        self.folder = checkpoint_folder(job)
+        last, self.units, self.keys, self.records = ck.verified_resume(
+            transform.config, self.folder, job.public_keys)
+        self.first = last + 1
+        if self.first >= job.steps.horizon:
+            job_config.fail("--continue", f"a release with steps left (release "
+                                          f"{transform.release_id} published all "
+                                          f"{job.steps.horizon})", "complete")
+
+    def claim(self, transform) -> ClaimOnce:
+        """The continuation's claim, once: `from-<first>.json`, refused when a continuation
+        from a later step exists (this checkpoint was continued, and continued again)."""
+        from transforms import stream_checkpoint as ck
+        folder, first = self.folder, self.first
+
+        def nothing_later(what):
+            later = [f for f in ck.continuation_claims(folder) if f > first] + [
+                s for s in ck.checkpointed_steps(folder) if s >= first]
+            if later:
+                fail("claim", f"new: {what} was continued before (a later step is recorded)",
+                     later[0])
+        return ClaimOnce(ck.join(folder, ck.claim_name(first)),
+                         {"release_id": transform.release_id, "first": first},
+                         f"steps from {first} of release {transform.release_id}",
+                         precondition=nothing_later)
+
+    def republish_last(self, job: job_config.JobConfig) -> None:
+        """The last checkpointed step's files, if its job stopped before writing them (the
+        same bytes: its checkpoint holds its records)."""
+        publish_step(steps_folder(job.public_path), self.first - 1,
+                     sorted(self.records, key=lambda r: r["key"]), job.output.formats)
+
+
+def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote: bool,
+          continuation: Continuation = None):
+    """The streaming job's graph (the module docstring's stages); `continuation`: the steps
+    from its first, from its verified checkpoint."""
+    if continuation is None:
+        passed, first = guard(pipeline, release_claim(job, manifest), "ClaimRelease"), 0
+    else:
+        passed, first = guard(pipeline, continuation.claim(transform), "ClaimContinuation"), \
+            continuation.first
+        transform.resume(
+            StepWindow(first, job.steps.horizon),
+            unit_states=pipeline | "UnitStates" >> beam.Create(
+                list(continuation.units.items()), reshuffle=False),
+            key_states=pipeline | "KeyStates" >> beam.Create(
+                list(continuation.keys.items()), reshuffle=False))
     elements, dead = read_elements(pipeline, job, remote)
-    transform.claimed_by(passed)  # nothing is published before release.json is claimed
+    transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
+    step_checkpoint = None if transform.checkpoint is None else StepCheckpoint(
+        transform.config, transform.checkpoint, first, result.key_states, result.unit_states,
+        passed)
     manifests = result.records | "PublishSteps" >> WriteStepFiles(
-        steps_folder(job.public_path), job.public_keys, job.output.formats)
+        steps_folder(job.public_path), job.public_keys, job.output.formats, step_checkpoint)
     _ = manifests | "StepStatus" >> beam.ParDo(StepStatus(
         steps_folder(job.operator_path), job.steps.size_seconds))
     dead_letters = guarded(dead + [result.dead_letters] | "AllDeadLetters" >> beam.Flatten(),
@@ -144,31 +216,46 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
 
 
 def published_steps(job: job_config.JobConfig) -> dict:
-    """step -> its operator note, for the steps published so far (local folders)."""
-    folder = steps_folder(job.operator_path)
+    """step -> its operator note (a step republished from its checkpoint has none: its
+    publication time is unknown), for the steps published so far (local folders)."""
     found = {}
-    if os.path.isdir(folder):
+    for folder, note in ((steps_folder(job.public_path), False),
+                         (steps_folder(job.operator_path), True)):
+        if not os.path.isdir(folder):
+            continue
         for name in os.listdir(folder):
             if name.startswith("step-") and name.endswith(".json"):
                 try:
                     status = read_json(os.path.join(folder, name))
                 except (OSError, ValueError):
                     continue
-                found[status["step"]] = status
+                if note:
+                    found[status["step"]] = status
+                else:
+                    found.setdefault(status["step"], {
+                        "step": status["step"], "records": status["records"],
+                        "seconds_after_step_end": None})
     return found
 
 
+def published_release(job: job_config.JobConfig):
+    """The release.json of the job's folder, or None."""
+    from transforms.claims import read_claim
+    try:
+        return read_claim(f"{job.public_path.rstrip('/')}/release.json")
+    except (OSError, ValueError):
+        return {"release_id": "unreadable"}
+
+
 def refuse_published_folder(job: job_config.JobConfig) -> None:
-    """A folder that holds a release is not launched into again (one line, before launching)."""
-    path = os.path.join(job.public_path, "release.json")
-    if "://" not in path and os.path.exists(path):
-        try:
-            release = read_json(path).get("release_id")
-        except (OSError, ValueError, AttributeError):
-            release = "unreadable"
+    """A folder that holds a release is not launched into again as a new release (one line,
+    before launching): it continues, with --continue, or a new release goes elsewhere."""
+    release = published_release(job)
+    if release is not None:
         job_config.fail("output.path", f"a folder without a release of job {job.job} (release "
-                                       f"{release} was published there; a stopped streaming "
-                                       f"release does not continue: a new release needs a new "
+                                       f"{release.get('release_id')} was published there: "
+                                       f"continue it from its last checkpointed step with "
+                                       f"--continue, or start a new release with a new "
                                        f"output.path or job name)", job.output.path)
 
 
@@ -203,13 +290,13 @@ def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: in
     """What the operator folder's summary.json says of a running streaming job (NOT private:
     exact dead-letter counts and publication times)."""
     from pipelines import commit
-    lags = [status["seconds_after_step_end"] for status in published.values()]
+    lags = [published[step]["seconds_after_step_end"] for step in sorted(published)
+            if published[step]["seconds_after_step_end"] is not None]
     return {"steps_published": len(published), "horizon": job.steps.horizon,
             "last_step": max(published, default=None),
             "release_delay_steps": delay_steps,
             "seconds_after_step_end": {"max": max(lags, default=None),
-                                       "last": published[max(published)][
-                                           "seconds_after_step_end"] if published else None},
+                                       "last": lags[-1] if lags else None},
             "dead_letters": commit.dead_letters_by_reason(job.operator_path)}
 
 
@@ -219,9 +306,11 @@ def step_line(job: job_config.JobConfig, status: dict) -> str:
         if "jsonl" in job.output.formats else []
     values = ", ".join(f"{r['key']} {r['value']:.1f}" for r in rows[:6]) + (
         ", ..." if len(rows) > 6 else "")
-    return (f"step {status['step']}: {status['records']} records, published "
-            f"{status['seconds_after_step_end']:.1f} s after the step's end"
-            + (f": {values}" if values else ""))
+    lag = status["seconds_after_step_end"]
+    when = "published before this job" if lag is None else \
+        f"published {lag:.1f} s after the step's end"
+    return f"step {status['step']}: {status['records']} records, {when}" + (
+        f": {values}" if values else "")
 
 
 def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll: float = 0.2,

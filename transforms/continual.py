@@ -72,7 +72,8 @@ class ContinualBase(beam.PTransform):
                  release_delay_steps: int = 1, allowed_lateness_seconds: float = 0.0,
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
-                 label: Optional[str] = None, part_of: Optional[str] = None):
+                 label: Optional[str] = None, part_of: Optional[str] = None,
+                 checkpoint: Optional[str] = None):
         super().__init__(label)
         # a part of a composed release (`transforms.mean`): its composite claims, checks and
         # guards the release and gives it its release id (`join`)
@@ -140,6 +141,8 @@ class ContinualBase(beam.PTransform):
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.allowed_lateness_seconds = allowed_lateness_seconds
+        # unbounded input: the folder of the release's checkpoints (`stream_checkpoint`)
+        self.checkpoint = checkpoint
         self.problem = self.make_problem()
         self.config = self._release_config()
 
@@ -322,7 +325,8 @@ class ContinualBase(beam.PTransform):
 
     def resume(self, window: StepWindow, unit_states=None, key_states=None, claims=None):
         """Release only the steps of `window`, continuing from the previous run's unit and key
-        states (PCollections the scheduler reads from its checkpoint). Bounded input only.
+        states (PCollections the scheduler reads from its checkpoint; unbounded input: from a
+        streaming checkpoint, `transforms.stream_checkpoint`, with `checkpoint=`).
 
         A continuation is proven, not asserted: the key states must be this release's own,
         sealed at step `window.first` (`RecordMaker.restore`), the unit states must match the
@@ -439,7 +443,8 @@ class ContinualBase(beam.PTransform):
                 unit_states = guarded(unit_states, passed, "ClaimedUnitStates")
             if key_states is not None:
                 key_states = guarded(key_states, passed, "ClaimedKeyStates")
-        if isinstance(self._claims, WindowClaims) and unit_states is not None:
+        if isinstance(self._claims, WindowClaims) and unit_states is not None and \
+                events.is_bounded:
             _ = census_of(unit_states, self.config, window.stop, "UnitCensus") \
                 | "SealUnitCensus" >> beam.Map(WriteCensus(self.config, self._claims.folder,
                                                             window.stop))
@@ -450,9 +455,16 @@ class ContinualBase(beam.PTransform):
         """The release of `window` (unguarded: `expand` guards it with `passed`, the claim's
         singleton, or None when nothing claims): one of the two pipelines, by the input's
         boundedness."""
-        compose = release_bounded if events.is_bounded else release_streaming
-        return compose(events, self.problem, self.config, self.public_keys, window,
-                       self._resume_units, self._resume_keys, self.diagnostics)
+        if events.is_bounded:
+            if self.checkpoint is not None:
+                check.fail("checkpoint", "None for bounded input (a batch release's states "
+                                         "are its outputs: unit_states, key_states)",
+                           self.checkpoint)
+            return release_bounded(events, self.problem, self.config, self.public_keys, window,
+                                   self._resume_units, self._resume_keys, self.diagnostics)
+        return release_streaming(events, self.problem, self.config, self.public_keys, window,
+                                 self._resume_units, self._resume_keys, self.diagnostics,
+                                 self.checkpoint)
 
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",

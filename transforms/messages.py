@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import FastPrimitivesCoder
@@ -131,7 +131,11 @@ class StepTotal:
 
 @dataclasses.dataclass(frozen=True)
 class Seed:
-    """Starts a public key's release in streaming (every public key gets every step)."""
+    """Starts a public key's release in streaming (every public key gets every step); a
+    continued release's key starts from its sealed state after `released` steps."""
+    sealed: Optional[bytes] = None
+    released: int = 0
+    halted: Optional[int] = None
 
 
 class StageOutput(NamedTuple):

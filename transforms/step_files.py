@@ -46,50 +46,129 @@ def publish_once(path: str, data: bytes) -> None:
                           f"published twice)", path)
 
 
+def publish_step(folder: str, step: int, rows: list, formats) -> dict:
+    """Step `step`'s files (`rows`: its records sorted by key) in each format, then its
+    manifest, each published once (`publish_once`); -> the manifest."""
+    files = {}
+    for fmt in formats:
+        data = encode_records(rows, fmt)
+        path = step_name(folder, step, SUFFIXES[fmt])
+        publish_once(path, data)
+        files[fmt] = {"path": path, "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = {"step": step, "records": len(rows), "files": files,
+                "window_end": rows[0]["window_end"]}
+    publish_once(step_name(folder, step, ".json"),
+                 json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8"))
+    return manifest
+
+
+class StepCheckpoint:
+    """What a checkpointed release's steps carry (`transforms.stream_checkpoint`): its config
+    (the checkpoints' MAC key), the checkpoint folder, the first step of this execution's
+    window, the keys' states after each step and the unit log's census deltas (the release's
+    `key_states` and `unit_states` outputs), and the execution's claim token (the singleton of
+    its guard)."""
+
+    def __init__(self, config, folder: str, first: int, key_states, census, passed):
+        self.config, self.folder, self.first = config, folder, first
+        self.key_states, self.census, self.passed = key_states, census, passed
+
+
 class StepFilesFn(beam.DoFn):
-    """(step, record) -> the step's manifest once all its public keys' records are in."""
+    """(step, (kind, line)) -> the step's manifest once all its public keys' records (kind
+    "r") are in, and, checkpointed, their states (kind "k"); census deltas (kind "c") add up
+    per step. A checkpointed step is claimed by this execution and checkpointed before its
+    files are written."""
     RECORDS = BagStateSpec("records", StrUtf8Coder())
     COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
+    KEYS = ReadModifyWriteStateSpec("keys", VarIntCoder())
+    CENSUS = ReadModifyWriteStateSpec("census", StrUtf8Coder())
 
-    def __init__(self, folder: str, public_keys: Sequence, formats: Tuple[str, ...]):
+    def __init__(self, folder: str, public_keys: Sequence, formats: Tuple[str, ...],
+                 checkpoint: "StepCheckpoint" = None):
         self.folder, self.formats = folder, tuple(formats)
         self.keys = frozenset(key_text(k) for k in public_keys)
+        self.checkpoint = None if checkpoint is None else (
+            checkpoint.config, checkpoint.folder, checkpoint.first)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
-                count=beam.DoFn.StateParam(COUNT)):
-        step, record = element
-        if record["key"] not in self.keys:
-            fail("record", "of a public key", record["key"])
-        records.add(json.dumps(record, sort_keys=True))
-        seen = (count.read() or 0) + 1
-        count.write(seen)
-        if seen < len(self.keys):
+                count=beam.DoFn.StateParam(COUNT), keys=beam.DoFn.StateParam(KEYS),
+                census=beam.DoFn.StateParam(CENSUS)):
+        return self._process(element, None, records, count, keys, census)
+
+    def _process(self, element, token, records, count, keys, census):
+        step, (kind, line) = element
+        if kind == "c":
+            census.write(str((int(census.read() or 0) + int(line)) % (1 << 256)))
             return
-        rows = sorted((json.loads(line) for line in records.read()), key=lambda r: r["key"])
+        records.add(kind + line)
+        if kind == "k":
+            keys.write((keys.read() or 0) + 1)
+        else:
+            record = json.loads(line)
+            if record["key"] not in self.keys:
+                fail("record", "of a public key", record["key"])
+            count.write((count.read() or 0) + 1)
+        if (count.read() or 0) < len(self.keys) or (
+                self.checkpoint is not None and (keys.read() or 0) < len(self.keys)):
+            return
+        lines = list(records.read())
+        rows = sorted((json.loads(x[1:]) for x in lines if x[0] == "r"),
+                      key=lambda r: r["key"])
         if [r["key"] for r in rows] != sorted(self.keys):
             fail("records", f"one per public key at step {step}",
                  sorted(r["key"] for r in rows))
-        files = {}
-        for fmt in self.formats:
-            data = encode_records(rows, fmt)
-            path = step_name(self.folder, step, SUFFIXES[fmt])
-            publish_once(path, data)
-            files[fmt] = {"path": path, "sha256": hashlib.sha256(data).hexdigest()}
-        manifest = {"step": step, "records": len(rows), "files": files,
-                    "window_end": rows[0]["window_end"]}
-        publish_once(step_name(self.folder, step, ".json"),
-                     json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8"))
+        if self.checkpoint is not None:
+            from transforms.streams import codec
+            states = sorted((codec.loads(x[1:]) for x in lines if x[0] == "k"),
+                            key=lambda pair: key_text(pair[0]))
+            self._checkpoint(step, rows, states, int(census.read() or 0), token)
+        manifest = publish_step(self.folder, step, rows, self.formats)
         records.clear()
         count.clear()
+        keys.clear()
+        census.clear()
         yield manifest
+
+    def _checkpoint(self, step: int, rows: list, states: list, census: int, token) -> None:
+        """Claims `step` for this execution (one execution publishes a step), refuses when a
+        later continuation claimed it, and writes the step's checkpoint (before its files)."""
+        from transforms import stream_checkpoint as ck
+        config, folder, first = self.checkpoint
+        claim = ck.join(folder, f"step-{step:08d}.claim")
+        if not create_if_absent(claim, str(token).encode("utf-8")):
+            from apache_beam.io.filesystems import FileSystems
+            with FileSystems.open(claim) as handle:
+                if handle.read().decode("utf-8") != str(token):
+                    fail("step", f"published by one execution (step {step} was claimed by "
+                                 f"another execution of release {config.release_id})", claim)
+        later = [f for f in ck.continuation_claims(folder) if first < f <= step]
+        if later:
+            fail("step", f"published by the latest execution (a continuation claimed the steps "
+                         f"from {later[0]})", step)
+        publish_once(ck.join(folder, ck.keys_name(step)),
+                     ck.key_checkpoint(config, step, rows, states, census))
+
+
+class CheckpointedStepFilesFn(StepFilesFn):
+    """`StepFilesFn` of a checkpointed release: `token`, the side input of this execution's
+    claim token."""
+
+    def process(self, element, token, records=beam.DoFn.StateParam(StepFilesFn.RECORDS),
+                count=beam.DoFn.StateParam(StepFilesFn.COUNT),
+                keys=beam.DoFn.StateParam(StepFilesFn.KEYS),
+                census=beam.DoFn.StateParam(StepFilesFn.CENSUS)):
+        return self._process(element, token, records, count, keys, census)
 
 
 class WriteStepFiles(beam.PTransform):
     """Records of an unbounded release -> one file per step and format under `folder`, written
     once every public key's record of the step is in (see the module docstring); emits each
-    step's manifest."""
+    step's manifest. `checkpoint` (a `StepCheckpoint`): each step is first claimed by this
+    execution and checkpointed (`transforms.stream_checkpoint`)."""
 
-    def __init__(self, folder: str, public_keys: Sequence, formats=("jsonl",)):
+    def __init__(self, folder: str, public_keys: Sequence, formats=("jsonl",),
+                 checkpoint: StepCheckpoint = None):
         super().__init__()
         for fmt in formats:
             if fmt not in SUFFIXES:
@@ -97,9 +176,20 @@ class WriteStepFiles(beam.PTransform):
         if not list(public_keys):
             fail("public_keys", "a non-empty list (the keys every step holds)", public_keys)
         self.folder, self.public_keys, self.formats = folder, list(public_keys), tuple(formats)
+        self.checkpoint = checkpoint
 
     def expand(self, records):
-        return (records
-                | "ByStep" >> beam.Map(lambda record: (record["step"], record))
-                | "PublishCompleteSteps" >> beam.ParDo(StepFilesFn(
-                    self.folder, self.public_keys, self.formats)))
+        parts = [records | "ByStep" >> beam.Map(
+            lambda record: (record["step"], ("r", json.dumps(record, sort_keys=True))))]
+        side = ()
+        if self.checkpoint is not None:
+            from transforms.streams import codec
+            parts.append(self.checkpoint.key_states | "KeyStatesByStep" >> beam.Map(
+                lambda item: (item[0], ("k", codec.dumps(item[1])))))
+            parts.append(self.checkpoint.census | "CensusByStep" >> beam.Map(
+                lambda item: (item[0], ("c", str(item[1])))))
+            side = (beam.pvalue.AsSingleton(self.checkpoint.passed),)
+        merged = parts[0] if len(parts) == 1 else parts | "StepParts" >> beam.Flatten()
+        fn = StepFilesFn if self.checkpoint is None else CheckpointedStepFilesFn
+        return merged | "PublishCompleteSteps" >> beam.ParDo(fn(
+            self.folder, self.public_keys, self.formats, self.checkpoint), *side)

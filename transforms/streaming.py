@@ -27,9 +27,11 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               TimerSpec, on_timer)
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import stages
-from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
+from transforms.messages import (DEAD_LETTER, GLOBAL_WINDOWS, KEYED, METRICS, MICRO, PAYLOAD,
+                                 STEP, Delta, Id,
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
@@ -38,6 +40,8 @@ from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
+CENSUS = "census"          # a checkpointed release's unit-log census deltas, (step, delta)
+KEY_STATES = "key_states"  # its keys' sealed states after each step, (step, (key, state))
 
 
 @beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
@@ -62,11 +66,31 @@ class TruncateStreamingFn(beam.DoFn):
     STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool,
-                 lateness_seconds: float = 0.0):
+                 lateness_seconds: float = 0.0, unit_log=None):
         self.problem, self.steps = problem, steps
         self.diagnostics = diagnostics
         self.lateness = int(round(lateness_seconds * 1e6))  # micros after a step's end
+        # a checkpointed release (`transforms.stream_checkpoint.UnitLog`): every state a unit
+        # reaches, per step, written at the end of the bundle, before its outputs leave it
+        self.unit_log = unit_log
+        if unit_log is not None and problem.flat_state() is None:
+            fail("checkpoint", "used with a transform whose truncation keeps a flat state "
+                               "(count, sum)", type(problem).__name__)
         self.setup()
+
+    def start_bundle(self):
+        if self.unit_log is not None:
+            self.unit_log.start()
+
+    def finish_bundle(self):
+        if self.unit_log is not None:
+            for step, delta in sorted(self.unit_log.flush().items()):
+                yield beam.pvalue.TaggedOutput(CENSUS, WindowedValue(
+                    (step, delta), self._stamp(step), GLOBAL_WINDOWS))
+
+    def _log(self, unit, step: int, state, previous) -> None:
+        """A unit's state after `step` into the unit log (`previous`: (step, state) or None)."""
+        self.unit_log.add(unit, step, state, previous)
 
     def setup(self):
         self._ends: Dict[int, Timestamp] = {}  # step -> its end, bounded
@@ -121,9 +145,18 @@ class TruncateStreamingFn(beam.DoFn):
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
                 progress=beam.DoFn.StateParam(PROGRESS),
                 timer=beam.DoFn.TimerParam(STEP_END)):
+        return self._process(element, buffer, progress, timer)
+
+    def _process(self, element, buffer, progress, timer, seeds=None, unit_state=None):
         unit, event = element
         step = event[STEP]
         current = progress.read()
+        if current is None and seeds is not None and unit in seeds:
+            # a unit of a continued release: its state as of the checkpoint
+            at, state = seeds[unit]
+            unit_state.write(state)
+            current = (at + 1, None, None)
+            progress.write(current)
         done, earliest, held = _NOTHING_BUFFERED if current is None else current
         if step < done:
             yield dead_letter((unit, event[PAYLOAD]),
@@ -160,6 +193,8 @@ class TruncateStreamingFn(beam.DoFn):
             dropped = {} if self.diagnostics else None
             state = self.problem.flat_step(saved, earliest, (held[PAYLOAD],), contributions,
                                            dropped)
+            if self.unit_log is not None:
+                self._log(key, earliest, state, (done - 1, saved) if done > 0 else None)
             if dropped:
                 count_dropped(dropped)
             for unit_key, step, value in contributions:
@@ -181,10 +216,14 @@ class TruncateStreamingFn(beam.DoFn):
             dropped = {} if self.diagnostics else None
             by_step = payloads_by_step(ready, ordered=problem.ordered)
             last = max(by_step) if by_step else done - 1
+            logged = (done - 1, state) if done > 0 else None  # the log's previous entry
             for step in (sorted(by_step) if len(by_step) > 1 else by_step):
                 if done <= step:
                     state = problem.flat_step(state, step, by_step[step], contributions,
                                               dropped)
+                    if self.unit_log is not None:
+                        self._log(key, step, state, logged)
+                        logged = (step, state)
             if dropped:
                 count_dropped(dropped)
             for unit_key, step, value in contributions:
@@ -312,8 +351,11 @@ class ReleaseStreamingFn(beam.DoFn):
     STATE = ReadModifyWriteStateSpec("release_state", ReleaseStateCoder())
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
-    def __init__(self, config: ReleaseConfig, public_keys: Sequence):
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence,
+                 checkpointed: bool = False):
         self.config, self.public = config, frozenset(public_keys)
+        # a checkpointed release: each key's sealed state after each step it released
+        self.checkpointed = checkpointed
         # operator-only: the count depends on private data
         self.late = Metrics.counter(METRICS, "late_contributions") if config.diagnostics \
             else None
@@ -351,9 +393,15 @@ class ReleaseStreamingFn(beam.DoFn):
             sealed, released, halted, pending = current
         if isinstance(message, Seed):
             if sealed is None:
-                timer.set(self._step_times(0)[1])
-                state.write((self.maker.seal(key, self.maker.mechanism.init_state()), released,
-                             halted, pending))
+                if message.sealed is None:  # a new release
+                    sealed = self.maker.seal(key, self.maker.mechanism.init_state())
+                else:  # a continued one: its key's state after `released` steps (`release`
+                    # refuses a state another release, secret or key sealed, or at another
+                    # step)
+                    sealed, released, halted = message.sealed, message.released, message.halted
+                if halted is None or released < halted:
+                    timer.set(self._step_times(released)[1])
+                state.write((sealed, released, halted, pending))
             return
         step = message.step
         if message.halt:
@@ -405,6 +453,9 @@ class ReleaseStreamingFn(beam.DoFn):
                 break
             pending.pop(step, None)  # only once the state passed its checks
             records.append(TimestampedValue(maker.record(key, step, float(out)), times[0]))
+            if self.checkpointed:
+                records.append(beam.pvalue.TaggedOutput(KEY_STATES, TimestampedValue(
+                    (step, (key, (sealed, None))), times[0])))
             step += 1
         if records:
             state.write((sealed, step, stop, {} if stop == step else pending))
@@ -419,22 +470,39 @@ class ReleaseStreamingFn(beam.DoFn):
         yield from records
 
 
+class ResumedTruncateStreamingFn(TruncateStreamingFn):
+    """`TruncateStreamingFn` of a continued release: a unit's first event here finds its
+    state as of the checkpoint in `seeds` (a side input: no event is processed before it is
+    ready, so no unit restarts afresh)."""
+
+    def process(self, element, seeds, buffer=beam.DoFn.StateParam(TruncateStreamingFn.BUFFER),
+                progress=beam.DoFn.StateParam(TruncateStreamingFn.PROGRESS),
+                timer=beam.DoFn.TimerParam(TruncateStreamingFn.STEP_END),
+                unit_state=beam.DoFn.StateParam(TruncateStreamingFn.UNIT)):
+        return self._process(element, buffer, progress, timer, seeds, unit_state)
+
+
 class TruncateStreaming(beam.PTransform):
     """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
-    + dead letters."""
+    + dead letters; checkpointed (`unit_log`): + the unit log's census deltas (step, delta);
+    continued: `seeds`, (unit, (step, state)) as of the checkpoint."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False,
-                 lateness_seconds: float = 0.0):
+                 lateness_seconds: float = 0.0, unit_log=None, seeds=None):
         super().__init__()
         self.problem, self.steps, self.diagnostics = problem, steps, diagnostics
-        self.lateness_seconds = lateness_seconds
+        self.lateness_seconds, self.unit_log, self.seeds = lateness_seconds, unit_log, seeds
 
     def expand(self, events):
-        out = events | "Truncate" >> beam.ParDo(TruncateStreamingFn(
-            self.problem, self.steps, self.diagnostics, self.lateness_seconds)).with_outputs(
-                DEAD_LETTER,
-                                                                      main="deltas")
-        return StageOutput(out.deltas, out[DEAD_LETTER])
+        args = (self.problem, self.steps, self.diagnostics, self.lateness_seconds,
+                self.unit_log)
+        fn = TruncateStreamingFn(*args) if self.seeds is None else \
+            ResumedTruncateStreamingFn(*args)
+        side = () if self.seeds is None else (beam.pvalue.AsDict(self.seeds),)
+        out = events | "Truncate" >> beam.ParDo(fn, *side).with_outputs(
+            DEAD_LETTER, CENSUS, main="deltas")
+        return StageOutput(out.deltas, out[DEAD_LETTER],
+                           out[CENSUS] if self.unit_log is not None else None)
 
 
 class ToStepTotals(beam.PTransform):
@@ -461,40 +529,71 @@ class ReleaseStreaming(beam.PTransform):
     watermark when they are emitted: window them with allowed lateness or write them
     unwindowed (the bundled sinks do)."""
 
-    def __init__(self, config: ReleaseConfig, public_keys: Sequence):
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence, checkpointed=False,
+                 window: StepWindow = None, key_states=None):
         super().__init__()
         self.config, self.public_keys = config, list(public_keys)
+        self.checkpointed, self.window, self.key_states = checkpointed, window, key_states
 
     def expand(self, totals):
         origin = self.config.steps.origin
-        seeds = (totals.pipeline
-                 | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
-                 | "SeedEveryKey" >> beam.Map(
-                     lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED))
+        keys = totals.pipeline | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
+        if self.key_states is None:
+            seeds = keys | "SeedEveryKey" >> beam.Map(
+                lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED)
+        else:  # a continued release: every public key from its state after window.first steps
+            seeds = keys | "SeedEveryKey" >> beam.Map(
+                _resumed_seed, beam.pvalue.AsDict(self.key_states), self.window.first,
+                origin).with_output_types(KEYED)
         out = ((totals, seeds) | "WithSeeds" >> beam.Flatten().with_output_types(KEYED)
                | "Release" >> beam.ParDo(ReleaseStreamingFn(
-                   self.config, self.public_keys)).with_outputs(DEAD_LETTER, main="records"))
-        return StageOutput(out.records, out[DEAD_LETTER])
+                   self.config, self.public_keys, self.checkpointed)).with_outputs(
+                       DEAD_LETTER, KEY_STATES, main="records"))
+        return StageOutput(out.records, out[DEAD_LETTER],
+                           out[KEY_STATES] if self.checkpointed else None)
+
+
+def _resumed_seed(key, states: dict, first: int, origin: float):
+    if key not in states:
+        fail("key_states", f"holding every public key's state (key {key_text(key)!r} has none: "
+                           f"it would restart its noise from step 0)", "a missing key")
+    sealed, halted = states[key]
+    return TimestampedValue((key, Seed(sealed, first, halted)), origin)
 
 
 def release_streaming(events, problem: Problem, config: ReleaseConfig, public_keys: Sequence,
                       window: StepWindow, unit_states=None, key_states=None,
-                      diagnostics: bool = False) -> Released:
-    """The unbounded composition, stage by stage (the module docstring's shapes)."""
-    if unit_states is not None or key_states is not None or \
-            window != StepWindow.whole(config.steps):
-        fail("resume_states", "None for unbounded input (Beam keeps the state)", "states")
+                      diagnostics: bool = False, checkpoint: str = None) -> Released:
+    """The unbounded composition, stage by stage (the module docstring's shapes).
+    `checkpoint` (a folder, `transforms.stream_checkpoint`): the release also returns the unit
+    log's census deltas (`unit_states`) and the keys' states after each step (`key_states`)
+    for `WriteStepFiles` to checkpoint; a continuation from a checkpoint (`window.first` > 0)
+    takes the units' states as of it, (unit, (step, state)), and the keys' states after it,
+    (key, (sealed state, halt step))."""
+    resumed = window.first > 0
+    if window.stop != config.steps.horizon or resumed != (unit_states is not None) or \
+            resumed != (key_states is not None) or (resumed and checkpoint is None):
+        fail("resume_states", "None for unbounded input, or a continuation from a streaming "
+                              "checkpoint (`checkpoint`, unit and key states) up to the "
+                              "horizon", "states")
+    unit_log = None
+    if checkpoint is not None:
+        from transforms.stream_checkpoint import UnitLog
+        unit_log = UnitLog(checkpoint, config, window.first)
     stepped = events | "AssignSteps" >> stages.AssignSteps(problem, config.steps, window,
                                                            diagnostics)
     # (unit, Event tuple) + dead letters
     truncated = stepped.main | "TruncatePerUnit" >> TruncateStreaming(
-        problem, config.steps, diagnostics, config.allowed_lateness_seconds)
+        problem, config.steps, diagnostics, config.allowed_lateness_seconds, unit_log,
+        unit_states)
     # ((key, step), Delta(value | halt)) at each step's end + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))
     public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
     # the same, of public keys only
-    released = public | "ReleasePerKey" >> ReleaseStreaming(config, public_keys)
-    # records, one per public key and step + dead letters
+    released = public | "ReleasePerKey" >> ReleaseStreaming(
+        config, public_keys, checkpoint is not None, window, key_states)
+    # records, one per public key and step + dead letters (+ checkpointed: the census deltas
+    # (step, delta) and the key states (step, (key, (sealed, halt))))
     return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
-                                    released.dead_letters])
+                                    released.dead_letters], truncated.states, released.states)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -166,3 +167,83 @@ def test_streaming_options_on_files_are_refused(tmp_path, capsys, args, message)
             "timestamp": "ts", "unit": "user", "key": "region"}})
     assert job_run.main(["--config", config, *args]) == 2
     assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def _wait_for(path, deadline: float) -> bool:
+    while time.time() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path):
+    """Events in steps 0-1; the job is killed (SIGKILL) once step 1 is published; `--continue`
+    resumes the release from its checkpoint: steps 0 and 1 are not rewritten (bytes unchanged),
+    the steps after continue the same release, and all steps equal one batch run of all the
+    events with the same seed. Without --continue a relaunch is refused; a finished release
+    has nothing to continue."""
+    horizon = 12
+    subscription = emulator.subscription("events", "job")
+    origin = float(int(time.time()) + 7)
+    config = write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    raw = yaml.safe_load(open(config))
+    raw["steps"]["horizon"] = horizon
+    open(config, "w").write(yaml.safe_dump(raw))
+    steps = tmp_path / "live" / "active-users-live" / "steps"
+    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
+    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    sent, i = [], 0
+
+    def publish_until(stop: float, steps_with_events):
+        nonlocal i
+        while time.time() < stop:
+            now = time.time()
+            if int((now - origin) // SIZE) in steps_with_events:
+                row = {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now}
+                emulator.publish("events", row, ms=int(now * 1000))
+                sent.append(row)
+            i += 1
+            time.sleep(0.15)
+
+    with Heartbeats(emulator, "events", every=0.3):
+        publish_until(origin + 2 * SIZE, (0, 1))  # events in steps 0 and 1 only
+        assert _wait_for(steps / "step-00000001.json", origin + 5 * SIZE), \
+            first.communicate(timeout=5)
+        os.killpg(first.pid, signal.SIGKILL)  # no drain, no goodbye
+        first.wait()
+        before = {name: (steps / name).read_bytes() for name in os.listdir(steps)}
+        assert {"step-00000000.json", "step-00000000.jsonl", "step-00000001.json",
+                "step-00000001.jsonl"} <= set(before)
+        refused = subprocess.run(launch, cwd=ROOT, capture_output=True, text=True)
+        assert refused.returncode == 2 and "--continue" in refused.stderr
+        second = subprocess.Popen(launch + ["--continue"], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        checkpoints = tmp_path / "live" / "active-users-live-operator" / "checkpoint"
+        assert _wait_for(checkpoints / "from-00000002.json", time.time() + 20)  # its claim
+        time.sleep(1.5)  # the continuation starts reading
+        resumed_from = int((time.time() - origin) // SIZE) + 1
+        assert resumed_from < horizon - 1
+        publish_until(origin + SIZE * horizon, range(resumed_from, horizon))
+        out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err[-3000:]
+    for name, data in before.items():
+        assert (steps / name).read_bytes() == data, name  # not rewritten
+    live = [json.loads(line) for s in range(horizon)
+            for line in open(steps / f"step-{s:08d}.jsonl")]
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
+    batch_config = write_config(tmp_path, "batch", origin, {
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    raw = yaml.safe_load(open(batch_config))
+    raw["steps"]["horizon"] = horizon
+    open(batch_config, "w").write(yaml.safe_dump(raw))
+    assert job_run.main(["--config", batch_config]) == 0
+    batch = [json.loads(line) for path in glob.glob(
+        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # one release
+    again = subprocess.run(launch + ["--continue"], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 2 and "published all 12" in again.stderr, again.stderr

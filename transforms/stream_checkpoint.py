@@ -1,0 +1,220 @@
+"""Checkpoints of an unbounded (streaming) release: what lets a stopped job continue it.
+
+A streaming release keeps its states in Beam. To continue it after its job stopped (killed,
+cancelled, drained), a job needs, at the last published step s, every public key's sealed
+mechanism state and every unit's truncation state, and must prove it has all of them (a unit
+resumed without its state would spend its cap again). The checkpoint folder holds:
+
+- `units/<first>/units-<random>.jsonl`: the unit log. Each bundle of the truncation stage
+  appends, per unit and per step it processed, (unit, step, state after the step), written in
+  `finish_bundle`, so before any contribution of that bundle leaves it (a bundle's outputs are
+  committed after it finishes: a released contribution's unit state is durable). Each file
+  ends with its MAC (the release's secret and binding, and the file's name).
+- `keys-at-<s>.json`: written once step s's records are all in and BEFORE its files are
+  published: the records of step s, every public key's sealed state after s, and `census`,
+  the keyed multiset hash of the unit log entries whose step is s or less, minus those they
+  replaced (each unit's latest state as of s: `census_item`), summed per step over what the
+  truncation stage reported. MAC'd.
+- `step-<s>.claim`: the execution that publishes step s (one per step, create-if-absent).
+- `from-<first>.json`: a continuation's claim of the steps from `first` (once).
+
+A continuation from s verifies every file's MAC, recomputes the census of the unit states as of
+s from the log and refuses unless it equals the sum of the checkpoints' census deltas up to s
+(a unit log file lost or altered, or a unit's state that reached the step's checkpoint after
+it was sealed, fails closed).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import uuid
+from typing import Dict, List, Optional, Tuple
+
+from transforms.durable import create_if_absent
+from transforms.streams import codec
+from transforms.validation import fail
+
+_MODULUS = 1 << 256
+_DOMAIN = b"dp-continual-release/stream-checkpoint\x00"
+
+
+def _key(config) -> bytes:
+    return _DOMAIN + config.secret.secret_bytes() + config.release_binding
+
+
+def census_item(key: bytes, unit, step: int, state) -> int:
+    """A unit's log entry as a number mod 2^256 (HMAC-SHA256 keyed by the release)."""
+    line = codec.dumps([unit, step, state]).encode("utf-8")
+    return int.from_bytes(hmac.new(key, line, hashlib.sha256).digest(), "big")
+
+
+def sealed(config, name: str, data: bytes) -> bytes:
+    """`data` followed by a last line holding its MAC (bound to the file's `name`)."""
+    mac = hmac.new(_key(config), name.encode("utf-8") + b"\x00" + data, hashlib.sha256)
+    return data + json.dumps({"mac": mac.hexdigest()}).encode("utf-8") + b"\n"
+
+
+def unsealed(config, name: str, data: bytes) -> bytes:
+    """The content of a `sealed` file, refused unless its MAC holds."""
+    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    body = body + b"\n" if body else b""
+    try:
+        mac = json.loads(last.decode("utf-8"))["mac"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        mac = None
+    expected = hmac.new(_key(config), name.encode("utf-8") + b"\x00" + body,
+                        hashlib.sha256).hexdigest()
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, expected):
+        fail("checkpoint file", "one this release wrote, unaltered (its MAC holds)", name)
+    return body
+
+
+def join(folder: str, *parts: str) -> str:
+    return "/".join([folder.rstrip("/"), *parts])
+
+
+def keys_name(step: int) -> str:
+    return f"keys-at-{step:08d}.json"
+
+
+class UnitLog:
+    """The truncation stage's writer of unit log entries (one file per bundle)."""
+
+    def __init__(self, folder: str, config, first: int):
+        self.folder, self.config, self.first = folder, config, first
+
+    def start(self):
+        self.key = _key(self.config)
+        self.lines: List[str] = []
+        self.census: Dict[int, int] = {}
+
+    def add(self, unit, step: int, state, previous: Optional[Tuple[int, object]]) -> None:
+        """The unit's state after `step`; `previous`: (its step, its state) it replaces."""
+        self.lines.append(codec.dumps([unit, step, state]))
+        delta = census_item(self.key, unit, step, state)
+        if previous is not None:
+            delta -= census_item(self.key, unit, previous[0], previous[1])
+        self.census[step] = (self.census.get(step, 0) + delta) % _MODULUS
+
+    def flush(self) -> Dict[int, int]:
+        """Writes the bundle's entries (before the bundle's outputs leave it); returns its
+        census deltas per step."""
+        census, self.census = self.census, {}
+        if self.lines:
+            name = f"units-{uuid.uuid4().hex}.jsonl"
+            data = ("\n".join(self.lines) + "\n").encode("utf-8")
+            folder = join(self.folder, "units", f"{self.first:08d}")
+            if "://" not in folder:
+                os.makedirs(folder, exist_ok=True)
+            create_if_absent(join(folder, name), sealed(self.config, name, data))
+            self.lines = []
+        return census
+
+
+def _read(path: str) -> bytes:
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(path) as handle:
+        return handle.read()
+
+
+def _listing(pattern: str) -> List[str]:
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    except Exception:  # noqa: BLE001 (no match)
+        return []
+
+
+def key_checkpoint(config, step: int, records: list, key_states: list, census: int) -> bytes:
+    data = json.dumps({"release_id": config.release_id, "step": step, "census": census,
+                       "records": records,
+                       "key_states": [codec.dumps(pair) for pair in key_states]},
+                      sort_keys=True).encode("utf-8") + b"\n"
+    return sealed(config, keys_name(step), data)
+
+
+def read_key_checkpoint(config, folder: str, step: int) -> dict:
+    name = keys_name(step)
+    body = json.loads(unsealed(config, name, _read(join(folder, name))).decode("utf-8"))
+    if body.get("release_id") != config.release_id or body.get("step") != step:
+        fail("checkpoint file", f"of release {config.release_id} at step {step}", name)
+    body["key_states"] = [tuple(codec.loads(line)) for line in body["key_states"]]
+    return body
+
+
+def claim_name(first: int) -> str:
+    return f"from-{first:08d}.json"
+
+
+def continuation_claims(folder: str) -> List[int]:
+    """The first steps of the continuations claimed in `folder`."""
+    firsts = []
+    for path in _listing(join(folder, "from-*.json")):
+        digits = path.rsplit("/", 1)[-1][len("from-"):-len(".json")]
+        if digits.isdigit():
+            firsts.append(int(digits))
+    return sorted(firsts)
+
+
+def checkpointed_steps(folder: str) -> List[int]:
+    steps = []
+    for path in _listing(join(folder, "keys-at-*.json")):
+        name = path.rsplit("/", 1)[-1]
+        digits = name[len("keys-at-"):-len(".json")]
+        if digits.isdigit():
+            steps.append(int(digits))
+    return sorted(steps)
+
+
+def unit_states_at(config, folder: str, step: int) -> Tuple[Dict[object, Tuple[int, object]],
+                                                             int]:
+    """Every unit's latest logged state as of `step`, {unit: (its step, state)}, and their
+    census (every log file's MAC verified)."""
+    key = _key(config)
+    latest: Dict[object, Tuple[int, object]] = {}
+    paths = _listing(join(folder, "units", "*", "units-*.jsonl"))
+    firsts = sorted({int(path.rsplit("/", 2)[-2]) for path in paths})
+    for path in paths:
+        name, first = path.rsplit("/", 1)[-1], int(path.rsplit("/", 2)[-2])
+        # an execution's entries count up to the step the next one continued from (what a
+        # stopped execution processed after its last checkpoint was never published)
+        following = [f for f in firsts if f > first]
+        limit = min(step + 1, following[0]) if following else step + 1
+        body = unsealed(config, name, _read(path))
+        for line in body.decode("utf-8").splitlines():
+            unit, at, state = codec.loads(line)
+            if at < limit and (unit not in latest or latest[unit][0] < at):
+                latest[unit] = (at, state)
+    census = sum(census_item(key, unit, at, state)
+                 for unit, (at, state) in latest.items()) % _MODULUS
+    return latest, census
+
+
+def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, list]:
+    """The last checkpointed step s, the units' states as of s, the keys' sealed states after s
+    and the records of s; refused unless every checkpoint up to s is there, MAC'd, and the
+    unit log's census as of s equals their census sum."""
+    steps = checkpointed_steps(folder)
+    if not steps:
+        fail("checkpoint", "of a published step (no step of this release was checkpointed: "
+                           "start a new release in a new folder)", folder)
+    last = steps[-1]
+    if steps != list(range(last + 1)):
+        fail("checkpoint", f"of every step 0 to {last}", f"steps {steps}")
+    total = 0
+    body = None
+    for step in steps:
+        body = read_key_checkpoint(config, folder, step)
+        total = (total + int(body["census"])) % _MODULUS
+    units, census = unit_states_at(config, folder, last)
+    if census != total:
+        fail("unit log", f"complete as of step {last} (its census differs from the "
+                         f"checkpoints': a unit state file is missing or altered, or reached "
+                         f"the checkpoint after it was sealed)", folder)
+    keys = {key: value for key, value in body["key_states"]}
+    missing = [k for k in public_keys if k not in keys]
+    if missing:
+        fail("checkpoint", f"holding every public key's state at step {last}", missing[:3])
+    return last, units, keys, body["records"]
