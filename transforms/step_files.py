@@ -65,24 +65,21 @@ def publish_step(folder: str, step: int, rows: list, formats) -> dict:
 class StepCheckpoint:
     """What a checkpointed release's steps carry (`transforms.stream_checkpoint`): its config
     (the checkpoints' MAC key), the checkpoint folder, the first step of this execution's
-    window, the keys' states after each step and the unit log's census deltas (the release's
-    `key_states` and `unit_states` outputs), and the execution's claim token (the singleton of
-    its guard)."""
+    window, the keys' states after each step (the release's `key_states`), and the
+    execution's claim token (the singleton of its guard)."""
 
-    def __init__(self, config, folder: str, first: int, key_states, census, passed):
+    def __init__(self, config, folder: str, first: int, key_states, passed):
         self.config, self.folder, self.first = config, folder, first
-        self.key_states, self.census, self.passed = key_states, census, passed
+        self.key_states, self.passed = key_states, passed
 
 
 class StepFilesFn(beam.DoFn):
     """(step, (kind, line)) -> the step's manifest once all its public keys' records (kind
-    "r") are in, and, checkpointed, their states (kind "k"); census deltas (kind "c") add up
-    per step. A checkpointed step is claimed by this execution and checkpointed before its
-    files are written."""
+    "r") are in, and, checkpointed, their states (kind "k"). A checkpointed step is claimed by
+    this execution and checkpointed before its files are written."""
     RECORDS = BagStateSpec("records", StrUtf8Coder())
     COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
     KEYS = ReadModifyWriteStateSpec("keys", VarIntCoder())
-    CENSUS = ReadModifyWriteStateSpec("census", StrUtf8Coder())
 
     def __init__(self, folder: str, public_keys: Sequence, formats: Tuple[str, ...],
                  checkpoint: "StepCheckpoint" = None):
@@ -92,15 +89,11 @@ class StepFilesFn(beam.DoFn):
             checkpoint.config, checkpoint.folder, checkpoint.first)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
-                count=beam.DoFn.StateParam(COUNT), keys=beam.DoFn.StateParam(KEYS),
-                census=beam.DoFn.StateParam(CENSUS)):
-        return self._process(element, None, records, count, keys, census)
+                count=beam.DoFn.StateParam(COUNT), keys=beam.DoFn.StateParam(KEYS)):
+        return self._process(element, None, records, count, keys)
 
-    def _process(self, element, token, records, count, keys, census):
+    def _process(self, element, token, records, count, keys):
         step, (kind, line) = element
-        if kind == "c":
-            census.write(str((int(census.read() or 0) + int(line)) % (1 << 256)))
-            return
         records.add(kind + line)
         if kind == "k":
             keys.write((keys.read() or 0) + 1)
@@ -122,15 +115,14 @@ class StepFilesFn(beam.DoFn):
             from transforms.streams import codec
             states = sorted((codec.loads(x[1:]) for x in lines if x[0] == "k"),
                             key=lambda pair: key_text(pair[0]))
-            self._checkpoint(step, rows, states, int(census.read() or 0), token)
+            self._checkpoint(step, rows, states, token)
         manifest = publish_step(self.folder, step, rows, self.formats)
         records.clear()
         count.clear()
         keys.clear()
-        census.clear()
         yield manifest
 
-    def _checkpoint(self, step: int, rows: list, states: list, census: int, token) -> None:
+    def _checkpoint(self, step: int, rows: list, states: list, token) -> None:
         """Claims `step` for this execution (one execution publishes a step), refuses when a
         later continuation claimed it, and writes the step's checkpoint (before its files)."""
         from transforms import stream_checkpoint as ck
@@ -146,8 +138,9 @@ class StepFilesFn(beam.DoFn):
         if later:
             fail("step", f"published by the latest execution (a continuation claimed the steps "
                          f"from {later[0]})", step)
+        # every unit log file written so far: the ones behind what step `step` releases too
         publish_once(ck.join(folder, ck.keys_name(step)),
-                     ck.key_checkpoint(config, step, rows, states, census))
+                     ck.key_checkpoint(config, step, rows, states, ck.unit_log_files(folder)))
 
 
 class CheckpointedStepFilesFn(StepFilesFn):
@@ -156,9 +149,8 @@ class CheckpointedStepFilesFn(StepFilesFn):
 
     def process(self, element, token, records=beam.DoFn.StateParam(StepFilesFn.RECORDS),
                 count=beam.DoFn.StateParam(StepFilesFn.COUNT),
-                keys=beam.DoFn.StateParam(StepFilesFn.KEYS),
-                census=beam.DoFn.StateParam(StepFilesFn.CENSUS)):
-        return self._process(element, token, records, count, keys, census)
+                keys=beam.DoFn.StateParam(StepFilesFn.KEYS)):
+        return self._process(element, token, records, count, keys)
 
 
 class WriteStepFiles(beam.PTransform):
@@ -186,8 +178,6 @@ class WriteStepFiles(beam.PTransform):
             from transforms.streams import codec
             parts.append(self.checkpoint.key_states | "KeyStatesByStep" >> beam.Map(
                 lambda item: (item[0], ("k", codec.dumps(item[1])))))
-            parts.append(self.checkpoint.census | "CensusByStep" >> beam.Map(
-                lambda item: (item[0], ("c", str(item[1])))))
             side = (beam.pvalue.AsSingleton(self.checkpoint.passed),)
         merged = parts[0] if len(parts) == 1 else parts | "StepParts" >> beam.Flatten()
         fn = StepFilesFn if self.checkpoint is None else CheckpointedStepFilesFn

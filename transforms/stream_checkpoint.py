@@ -6,22 +6,23 @@ mechanism state and every unit's truncation state, and must prove it has all of 
 resumed without its state would spend its cap again). The checkpoint folder holds:
 
 - `units/<first>/units-<random>.jsonl`: the unit log. Each bundle of the truncation stage
-  appends, per unit and per step it processed, (unit, step, state after the step), written in
+  writes, per unit and per step it processed, (unit, step, state after the step) in
   `finish_bundle`, so before any contribution of that bundle leaves it (a bundle's outputs are
-  committed after it finishes: a released contribution's unit state is durable). Each file
-  ends with its MAC (the release's secret and binding, and the file's name).
+  committed after it finishes). Each file ends with its MAC (the release's secret and
+  binding, and the file's name).
 - `keys-at-<s>.json`: written once step s's records are all in and BEFORE its files are
-  published: the records of step s, every public key's sealed state after s, and `census`,
-  the keyed multiset hash of the unit log entries whose step is s or less, minus those they
-  replaced (each unit's latest state as of s: `census_item`), summed per step over what the
-  truncation stage reported. MAC'd.
+  published: the records of step s, every public key's sealed state after s, and the names of
+  the unit log files present then. A contribution released at step s or before left its
+  bundle after that bundle's file was written, and the key released it before the step was
+  complete: so the listed files hold every unit state behind what was published. MAC'd.
 - `step-<s>.claim`: the execution that publishes step s (one per step, create-if-absent).
 - `from-<first>.json`: a continuation's claim of the steps from `first` (once).
 
-A continuation from s verifies every file's MAC, recomputes the census of the unit states as of
-s from the log and refuses unless it equals the sum of the checkpoints' census deltas up to s
-(a unit log file lost or altered, or a unit's state that reached the step's checkpoint after
-it was sealed, fails closed).
+A continuation from s verifies the checkpoints' MACs, reads every unit log file the last one
+lists (a file missing, or one whose MAC fails, is refused: its units would spend their caps
+again) and takes each unit's latest state as of s; entries an execution wrote for steps at or
+after the step the next execution continued from are not states of the release (never
+published) and are skipped.
 """
 from __future__ import annotations
 
@@ -30,24 +31,17 @@ import hmac
 import json
 import os
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from transforms.durable import create_if_absent
 from transforms.streams import codec
 from transforms.validation import fail
 
-_MODULUS = 1 << 256
 _DOMAIN = b"dp-continual-release/stream-checkpoint\x00"
 
 
 def _key(config) -> bytes:
     return _DOMAIN + config.secret.secret_bytes() + config.release_binding
-
-
-def census_item(key: bytes, unit, step: int, state) -> int:
-    """A unit's log entry as a number mod 2^256 (HMAC-SHA256 keyed by the release)."""
-    line = codec.dumps([unit, step, state]).encode("utf-8")
-    return int.from_bytes(hmac.new(key, line, hashlib.sha256).digest(), "big")
 
 
 def sealed(config, name: str, data: bytes) -> bytes:
@@ -86,22 +80,14 @@ class UnitLog:
         self.folder, self.config, self.first = folder, config, first
 
     def start(self):
-        self.key = _key(self.config)
         self.lines: List[str] = []
-        self.census: Dict[int, int] = {}
 
-    def add(self, unit, step: int, state, previous: Optional[Tuple[int, object]]) -> None:
-        """The unit's state after `step`; `previous`: (its step, its state) it replaces."""
+    def add(self, unit, step: int, state) -> None:
+        """The unit's state after `step`."""
         self.lines.append(codec.dumps([unit, step, state]))
-        delta = census_item(self.key, unit, step, state)
-        if previous is not None:
-            delta -= census_item(self.key, unit, previous[0], previous[1])
-        self.census[step] = (self.census.get(step, 0) + delta) % _MODULUS
 
-    def flush(self) -> Dict[int, int]:
-        """Writes the bundle's entries (before the bundle's outputs leave it); returns its
-        census deltas per step."""
-        census, self.census = self.census, {}
+    def flush(self) -> None:
+        """Writes the bundle's entries (before the bundle's outputs leave it)."""
         if self.lines:
             name = f"units-{uuid.uuid4().hex}.jsonl"
             data = ("\n".join(self.lines) + "\n").encode("utf-8")
@@ -110,7 +96,12 @@ class UnitLog:
                 os.makedirs(folder, exist_ok=True)
             create_if_absent(join(folder, name), sealed(self.config, name, data))
             self.lines = []
-        return census
+
+
+def unit_log_files(folder: str) -> List[str]:
+    """The unit log's files, relative to `folder` (units/<first>/units-<random>.jsonl)."""
+    return ["/".join(path.rsplit("/", 3)[-3:])
+            for path in _listing(join(folder, "units", "*", "units-*.jsonl"))]
 
 
 def _read(path: str) -> bytes:
@@ -127,8 +118,9 @@ def _listing(pattern: str) -> List[str]:
         return []
 
 
-def key_checkpoint(config, step: int, records: list, key_states: list, census: int) -> bytes:
-    data = json.dumps({"release_id": config.release_id, "step": step, "census": census,
+def key_checkpoint(config, step: int, records: list, key_states: list,
+                   unit_logs: List[str]) -> bytes:
+    data = json.dumps({"release_id": config.release_id, "step": step, "unit_logs": unit_logs,
                        "records": records,
                        "key_states": [codec.dumps(pair) for pair in key_states]},
                       sort_keys=True).encode("utf-8") + b"\n"
@@ -168,34 +160,35 @@ def checkpointed_steps(folder: str) -> List[int]:
     return sorted(steps)
 
 
-def unit_states_at(config, folder: str, step: int) -> Tuple[Dict[object, Tuple[int, object]],
-                                                             int]:
-    """Every unit's latest logged state as of `step`, {unit: (its step, state)}, and their
-    census (every log file's MAC verified)."""
-    key = _key(config)
+def unit_states_at(config, folder: str, step: int, files: List[str]
+                   ) -> Dict[object, Tuple[int, object]]:
+    """Every unit's latest logged state as of `step`, {unit: (its step, state)}, from the unit
+    log `files` (each present and MAC'd, else refused)."""
+    from apache_beam.io.filesystems import FileSystems
     latest: Dict[object, Tuple[int, object]] = {}
-    paths = _listing(join(folder, "units", "*", "units-*.jsonl"))
-    firsts = sorted({int(path.rsplit("/", 2)[-2]) for path in paths})
-    for path in paths:
-        name, first = path.rsplit("/", 1)[-1], int(path.rsplit("/", 2)[-2])
+    firsts = sorted({int(name.split("/")[1]) for name in files})
+    for name in files:
+        first, base = int(name.split("/")[1]), name.rsplit("/", 1)[-1]
+        path = join(folder, name)
+        if not FileSystems.exists(path):
+            fail("unit log", f"holding every file the checkpoint at step {step} lists (its "
+                             f"units would spend their caps again)", name)
         # an execution's entries count up to the step the next one continued from (what a
         # stopped execution processed after its last checkpoint was never published)
         following = [f for f in firsts if f > first]
         limit = min(step + 1, following[0]) if following else step + 1
-        body = unsealed(config, name, _read(path))
+        body = unsealed(config, base, _read(path))
         for line in body.decode("utf-8").splitlines():
             unit, at, state = codec.loads(line)
             if at < limit and (unit not in latest or latest[unit][0] < at):
                 latest[unit] = (at, state)
-    census = sum(census_item(key, unit, at, state)
-                 for unit, (at, state) in latest.items()) % _MODULUS
-    return latest, census
+    return latest
 
 
 def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, list]:
     """The last checkpointed step s, the units' states as of s, the keys' sealed states after s
-    and the records of s; refused unless every checkpoint up to s is there, MAC'd, and the
-    unit log's census as of s equals their census sum."""
+    and the records of s; refused unless every checkpoint up to s is there and MAC'd and every
+    unit log file the last one lists is there and MAC'd."""
     steps = checkpointed_steps(folder)
     if not steps:
         fail("checkpoint", "of a published step (no step of this release was checkpointed: "
@@ -203,16 +196,10 @@ def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, 
     last = steps[-1]
     if steps != list(range(last + 1)):
         fail("checkpoint", f"of every step 0 to {last}", f"steps {steps}")
-    total = 0
     body = None
     for step in steps:
         body = read_key_checkpoint(config, folder, step)
-        total = (total + int(body["census"])) % _MODULUS
-    units, census = unit_states_at(config, folder, last)
-    if census != total:
-        fail("unit log", f"complete as of step {last} (its census differs from the "
-                         f"checkpoints': a unit state file is missing or altered, or reached "
-                         f"the checkpoint after it was sealed)", folder)
+    units = unit_states_at(config, folder, last, body["unit_logs"])
     keys = {key: value for key, value in body["key_states"]}
     missing = [k for k in public_keys if k not in keys]
     if missing:

@@ -27,11 +27,9 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               TimerSpec, on_timer)
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
-from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import stages
-from transforms.messages import (DEAD_LETTER, GLOBAL_WINDOWS, KEYED, METRICS, MICRO, PAYLOAD,
-                                 STEP, Delta, Id,
+from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
@@ -40,7 +38,6 @@ from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
-CENSUS = "census"          # a checkpointed release's unit-log census deltas, (step, delta)
 KEY_STATES = "key_states"  # its keys' sealed states after each step, (step, (key, state))
 
 
@@ -84,13 +81,7 @@ class TruncateStreamingFn(beam.DoFn):
 
     def finish_bundle(self):
         if self.unit_log is not None:
-            for step, delta in sorted(self.unit_log.flush().items()):
-                yield beam.pvalue.TaggedOutput(CENSUS, WindowedValue(
-                    (step, delta), self._stamp(step), GLOBAL_WINDOWS))
-
-    def _log(self, unit, step: int, state, previous) -> None:
-        """A unit's state after `step` into the unit log (`previous`: (step, state) or None)."""
-        self.unit_log.add(unit, step, state, previous)
+            self.unit_log.flush()
 
     def setup(self):
         self._ends: Dict[int, Timestamp] = {}  # step -> its end, bounded
@@ -194,7 +185,7 @@ class TruncateStreamingFn(beam.DoFn):
             state = self.problem.flat_step(saved, earliest, (held[PAYLOAD],), contributions,
                                            dropped)
             if self.unit_log is not None:
-                self._log(key, earliest, state, (done - 1, saved) if done > 0 else None)
+                self.unit_log.add(key, earliest, state)
             if dropped:
                 count_dropped(dropped)
             for unit_key, step, value in contributions:
@@ -216,14 +207,12 @@ class TruncateStreamingFn(beam.DoFn):
             dropped = {} if self.diagnostics else None
             by_step = payloads_by_step(ready, ordered=problem.ordered)
             last = max(by_step) if by_step else done - 1
-            logged = (done - 1, state) if done > 0 else None  # the log's previous entry
             for step in (sorted(by_step) if len(by_step) > 1 else by_step):
                 if done <= step:
                     state = problem.flat_step(state, step, by_step[step], contributions,
                                               dropped)
                     if self.unit_log is not None:
-                        self._log(key, step, state, logged)
-                        logged = (step, state)
+                        self.unit_log.add(key, step, state)
             if dropped:
                 count_dropped(dropped)
             for unit_key, step, value in contributions:
@@ -484,7 +473,7 @@ class ResumedTruncateStreamingFn(TruncateStreamingFn):
 
 class TruncateStreaming(beam.PTransform):
     """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
-    + dead letters; checkpointed (`unit_log`): + the unit log's census deltas (step, delta);
+    + dead letters; checkpointed: each unit's state after each step into `unit_log`;
     continued: `seeds`, (unit, (step, state)) as of the checkpoint."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False,
@@ -500,9 +489,8 @@ class TruncateStreaming(beam.PTransform):
             ResumedTruncateStreamingFn(*args)
         side = () if self.seeds is None else (beam.pvalue.AsDict(self.seeds),)
         out = events | "Truncate" >> beam.ParDo(fn, *side).with_outputs(
-            DEAD_LETTER, CENSUS, main="deltas")
-        return StageOutput(out.deltas, out[DEAD_LETTER],
-                           out[CENSUS] if self.unit_log is not None else None)
+            DEAD_LETTER, main="deltas")
+        return StageOutput(out.deltas, out[DEAD_LETTER])
 
 
 class ToStepTotals(beam.PTransform):
@@ -565,9 +553,9 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
                       window: StepWindow, unit_states=None, key_states=None,
                       diagnostics: bool = False, checkpoint: str = None) -> Released:
     """The unbounded composition, stage by stage (the module docstring's shapes).
-    `checkpoint` (a folder, `transforms.stream_checkpoint`): the release also returns the unit
-    log's census deltas (`unit_states`) and the keys' states after each step (`key_states`)
-    for `WriteStepFiles` to checkpoint; a continuation from a checkpoint (`window.first` > 0)
+    `checkpoint` (a folder, `transforms.stream_checkpoint`): the units' states go to its unit
+    log, and the release also returns the keys' states after each step (`key_states`) for
+    `WriteStepFiles` to checkpoint; a continuation from a checkpoint (`window.first` > 0)
     takes the units' states as of it, (unit, (step, state)), and the keys' states after it,
     (key, (sealed state, halt step))."""
     resumed = window.first > 0
@@ -593,7 +581,7 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     # the same, of public keys only
     released = public | "ReleasePerKey" >> ReleaseStreaming(
         config, public_keys, checkpoint is not None, window, key_states)
-    # records, one per public key and step + dead letters (+ checkpointed: the census deltas
-    # (step, delta) and the key states (step, (key, (sealed, halt))))
+    # records, one per public key and step + dead letters (+ checkpointed: the key states
+    # (step, (key, (sealed, halt))))
     return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
-                                    released.dead_letters], truncated.states, released.states)
+                                    released.dead_letters], None, released.states)
