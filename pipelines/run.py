@@ -257,7 +257,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         pipeline = beam.Pipeline(options=options)
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         result = pipeline.run()
-        where = (f"release {transform.release_id}: streaming from {job.input.subscription}; "
+        where = (f"release {transform.release_id}: "
+                 + (f"continued from step {continuation.first} (its checkpoint verified); "
+                    if continuation is not None else "")
+                 + f"streaming from {job.input.subscription}; "
                  f"each step is published under {stream.steps_folder(job.public_path)}/ once "
                  f"every public key's record of it is in ({job.steps.horizon} steps of "
                  f"{job.steps.size_seconds:g} s from "
