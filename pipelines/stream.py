@@ -203,7 +203,8 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
     transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
     step_checkpoint = None if transform.checkpoint is None else StepCheckpoint(
-        transform.config, transform.checkpoint, first, result.key_states, passed)
+        transform.config, transform.checkpoint, first, result.key_states, passed,
+        transform.execution)
     manifests = result.records | "PublishSteps" >> WriteStepFiles(
         steps_folder(job.public_path), job.public_keys, job.output.formats, step_checkpoint)
     _ = manifests | "StepStatus" >> beam.ParDo(StepStatus(

@@ -141,8 +141,10 @@ class ContinualBase(beam.PTransform):
         self.release_delay_steps = check.integer_at_least("release_delay_steps",
                                                           release_delay_steps, 0)
         self.allowed_lateness_seconds = allowed_lateness_seconds
-        # unbounded input: the folder of the release's checkpoints (`stream_checkpoint`)
+        # unbounded input: the folder of the release's checkpoints (`stream_checkpoint`), and
+        # this job graph's execution id there (its unit log folder, named in its step claims)
         self.checkpoint = checkpoint
+        self.execution = secrets.token_hex(8) if checkpoint is not None else None
         self.problem = self.make_problem()
         self.config = self._release_config()
 
@@ -462,9 +464,13 @@ class ContinualBase(beam.PTransform):
                            self.checkpoint)
             return release_bounded(events, self.problem, self.config, self.public_keys, window,
                                    self._resume_units, self._resume_keys, self.diagnostics)
+        if self.checkpoint is not None and passed is None:
+            check.fail("checkpoint", "used with a claimed release (claims= or claimed_by: "
+                                     "its unit log is written only by the execution that "
+                                     "claimed it)", self.checkpoint)
         return release_streaming(events, self.problem, self.config, self.public_keys, window,
                                  self._resume_units, self._resume_keys, self.diagnostics,
-                                 self.checkpoint)
+                                 self.checkpoint and (self.checkpoint, self.execution, passed))
 
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",

@@ -68,9 +68,9 @@ class StepCheckpoint:
     window, the keys' states after each step (the release's `key_states`), and the
     execution's claim token (the singleton of its guard)."""
 
-    def __init__(self, config, folder: str, first: int, key_states, passed):
+    def __init__(self, config, folder: str, first: int, key_states, passed, execution: str):
         self.config, self.folder, self.first = config, folder, first
-        self.key_states, self.passed = key_states, passed
+        self.key_states, self.passed, self.execution = key_states, passed, execution
 
 
 class StepFilesFn(beam.DoFn):
@@ -86,7 +86,7 @@ class StepFilesFn(beam.DoFn):
         self.folder, self.formats = folder, tuple(formats)
         self.keys = frozenset(key_text(k) for k in public_keys)
         self.checkpoint = None if checkpoint is None else (
-            checkpoint.config, checkpoint.folder, checkpoint.first)
+            checkpoint.config, checkpoint.folder, checkpoint.first, checkpoint.execution)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
                 count=beam.DoFn.StateParam(COUNT), keys=beam.DoFn.StateParam(KEYS)):
@@ -126,12 +126,13 @@ class StepFilesFn(beam.DoFn):
         """Claims `step` for this execution (one execution publishes a step), refuses when a
         later continuation claimed it, and writes the step's checkpoint (before its files)."""
         from transforms import stream_checkpoint as ck
-        config, folder, first = self.checkpoint
+        config, folder, first, execution = self.checkpoint
         claim = ck.join(folder, f"step-{step:08d}.claim")
-        if not create_if_absent(claim, str(token).encode("utf-8")):
+        mine = json.dumps({"token": str(token), "execution": execution}, sort_keys=True)
+        if not create_if_absent(claim, mine.encode("utf-8")):
             from apache_beam.io.filesystems import FileSystems
             with FileSystems.open(claim) as handle:
-                if handle.read().decode("utf-8") != str(token):
+                if handle.read().decode("utf-8") != mine:
                     fail("step", f"published by one execution (step {step} was claimed by "
                                  f"another execution of release {config.release_id})", claim)
         later = [f for f in ck.continuation_claims(folder) if first < f <= step]

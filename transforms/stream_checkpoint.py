@@ -5,7 +5,8 @@ cancelled, drained), a job needs, at the last published step s, every public key
 mechanism state and every unit's truncation state, and must prove it has all of them (a unit
 resumed without its state would spend its cap again). The checkpoint folder holds:
 
-- `units/<first>/units-<random>.jsonl`: the unit log. Each bundle of the truncation stage
+- `units/<execution>/units-<random>.jsonl`: the unit log of one execution of a job graph
+  (the events reach it only once the execution claimed the release). Each bundle of the truncation stage
   writes, per unit and per step it processed, (unit, step, state after the step) in
   `finish_bundle`, so before any contribution of that bundle leaves it (a bundle's outputs are
   committed after it finishes). Each file ends with its MAC (the release's secret and
@@ -15,14 +16,16 @@ resumed without its state would spend its cap again). The checkpoint folder hold
   the unit log files present then. A contribution released at step s or before left its
   bundle after that bundle's file was written, and the key released it before the step was
   complete: so the listed files hold every unit state behind what was published. MAC'd.
-- `step-<s>.claim`: the execution that publishes step s (one per step, create-if-absent).
+- `step-<s>.claim`: the execution that publishes step s, its claim token and its execution id
+  (one per step, create-if-absent).
 - `from-<first>.json`: a continuation's claim of the steps from `first` (once).
 
 A continuation from s verifies the checkpoints' MACs, reads every unit log file the last one
 lists (a file missing, or one whose MAC fails, is refused: its units would spend their caps
-again) and takes each unit's latest state as of s; entries an execution wrote for steps at or
-after the step the next execution continued from are not states of the release (never
-published) and are skipped.
+again) and takes each unit's latest state as of s, counting an entry only if the execution
+that wrote it published its step (`units/<execution>/`, named in `step-<s>.claim`): what a
+stopped execution, or one that lost a step's claim, processed of a step another published was
+never released.
 """
 from __future__ import annotations
 
@@ -76,8 +79,8 @@ def keys_name(step: int) -> str:
 class UnitLog:
     """The truncation stage's writer of unit log entries (one file per bundle)."""
 
-    def __init__(self, folder: str, config, first: int):
-        self.folder, self.config, self.first = folder, config, first
+    def __init__(self, folder: str, config, execution: str):
+        self.folder, self.config, self.execution = folder, config, execution
 
     def start(self):
         self.lines: List[str] = []
@@ -91,7 +94,7 @@ class UnitLog:
         if self.lines:
             name = f"units-{uuid.uuid4().hex}.jsonl"
             data = ("\n".join(self.lines) + "\n").encode("utf-8")
-            folder = join(self.folder, "units", f"{self.first:08d}")
+            folder = join(self.folder, "units", self.execution)
             if "://" not in folder:
                 os.makedirs(folder, exist_ok=True)
             create_if_absent(join(folder, name), sealed(self.config, name, data))
@@ -99,7 +102,7 @@ class UnitLog:
 
 
 def unit_log_files(folder: str) -> List[str]:
-    """The unit log's files, relative to `folder` (units/<first>/units-<random>.jsonl)."""
+    """The unit log's files, relative to `folder` (units/<execution>/units-<random>.jsonl)."""
     return ["/".join(path.rsplit("/", 3)[-3:])
             for path in _listing(join(folder, "units", "*", "units-*.jsonl"))]
 
@@ -160,27 +163,34 @@ def checkpointed_steps(folder: str) -> List[int]:
     return sorted(steps)
 
 
+def step_claim(folder: str, step: int) -> dict:
+    """The claim of the execution that published `step`: {"token", "execution"}."""
+    name = f"step-{step:08d}.claim"
+    try:
+        return json.loads(_read(join(folder, name)).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        fail("checkpoint", "holding the claim of every published step up to the last", name)
+
+
 def unit_states_at(config, folder: str, step: int, files: List[str]
                    ) -> Dict[object, Tuple[int, object]]:
     """Every unit's latest logged state as of `step`, {unit: (its step, state)}, from the unit
-    log `files` (each present and MAC'd, else refused)."""
+    log `files` (each present and MAC'd, else refused). An entry counts only if the execution
+    that wrote it published its step (`step_claim`): what an execution processed of a step
+    another one published (it stopped, or lost the step's claim) was never released."""
     from apache_beam.io.filesystems import FileSystems
+    publisher = {s: step_claim(folder, s).get("execution") for s in range(step + 1)}
     latest: Dict[object, Tuple[int, object]] = {}
-    firsts = sorted({int(name.split("/")[1]) for name in files})
     for name in files:
-        first, base = int(name.split("/")[1]), name.rsplit("/", 1)[-1]
+        execution, base = name.split("/")[1], name.rsplit("/", 1)[-1]
         path = join(folder, name)
         if not FileSystems.exists(path):
             fail("unit log", f"holding every file the checkpoint at step {step} lists (its "
                              f"units would spend their caps again)", name)
-        # an execution's entries count up to the step the next one continued from (what a
-        # stopped execution processed after its last checkpoint was never published)
-        following = [f for f in firsts if f > first]
-        limit = min(step + 1, following[0]) if following else step + 1
         body = unsealed(config, base, _read(path))
         for line in body.decode("utf-8").splitlines():
             unit, at, state = codec.loads(line)
-            if at < limit and (unit not in latest or latest[unit][0] < at):
+            if publisher.get(at) == execution and (unit not in latest or latest[unit][0] < at):
                 latest[unit] = (at, state)
     return latest
 

@@ -551,11 +551,12 @@ def _resumed_seed(key, states: dict, first: int, origin: float):
 
 def release_streaming(events, problem: Problem, config: ReleaseConfig, public_keys: Sequence,
                       window: StepWindow, unit_states=None, key_states=None,
-                      diagnostics: bool = False, checkpoint: str = None) -> Released:
+                      diagnostics: bool = False, checkpoint=None) -> Released:
     """The unbounded composition, stage by stage (the module docstring's shapes).
-    `checkpoint` (a folder, `transforms.stream_checkpoint`): the units' states go to its unit
-    log, and the release also returns the keys' states after each step (`key_states`) for
-    `WriteStepFiles` to checkpoint; a continuation from a checkpoint (`window.first` > 0)
+    `checkpoint` ((folder, execution id, the claim's singleton), `transforms.stream_checkpoint`):
+    the events wait for the claim, the units' states go to the execution's unit log, and the
+    release also returns the keys' states after each step (`key_states`) for `WriteStepFiles`
+    to checkpoint; a continuation from a checkpoint (`window.first` > 0)
     takes the units' states as of it, (unit, (step, state)), and the keys' states after it,
     (key, (sealed state, halt step))."""
     resumed = window.first > 0
@@ -566,8 +567,13 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
                               "horizon", "states")
     unit_log = None
     if checkpoint is not None:
+        from transforms.claims import guarded
         from transforms.stream_checkpoint import UnitLog
-        unit_log = UnitLog(checkpoint, config, window.first)
+        folder, execution, passed = checkpoint
+        unit_log = UnitLog(folder, config, execution)
+        # only the execution that claimed the release writes its unit log (a second execution
+        # of the same graph fails at its claim before any event reaches the truncation)
+        events = guarded(events, passed, "ClaimedEvents")
     stepped = events | "AssignSteps" >> stages.AssignSteps(problem, config.steps, window,
                                                            diagnostics)
     # (unit, Event tuple) + dead letters
