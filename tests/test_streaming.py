@@ -133,3 +133,40 @@ def test_a_drain_releases_no_step_whose_release_time_is_after_the_wall_clock():
     released = sorted((r["key"], r["step"]) for r in read_json_lines(os.path.join(folder, "r")))
     assert time.time() < steps.end(3), "the test ran past step 2's release time"
     assert released == [(key, step) for key in ("a", "b") for step in (0, 1)]
+
+
+def test_a_release_timer_that_fires_before_the_worker_clock_is_retried_on_it(monkeypatch):
+    """A watermark ahead of a worker's clock (publishers stamping ahead, clock skew) fires a
+    step's release timer before the worker's clock reaches the release time: the step is held,
+    then released on the wall clock (a processing-time retry), and every later step follows.
+    It used to stop the key for good (and with it every later step file)."""
+    import time
+    from transforms import streaming
+    steps = TimeSteps(float(int(time.time() - 3600)), 60.0, 4)
+    first_release = steps.end(1)
+
+    class Skewed:  # the worker's clock 1 ms behind the release time at the first firing only
+        calls = 0
+
+        def time(self):
+            Skewed.calls += 1
+            return first_release - 0.001 if Skewed.calls == 1 else time.time()
+
+    monkeypatch.setattr(streaming, "time", Skewed())
+    folder = tempfile.mkdtemp(prefix="skew-")
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    events = [TimestampedValue((f"u{i}", "ab"[i % 2]), steps.origin + 60 * (i % 4) + 1)
+              for i in range(16)]
+    stream = BeamTestStream().add_elements(events)
+    for step in range(1, 6):
+        stream = stream.advance_watermark_to(steps.end(step))
+    # the local runner's processing-time clock starts at 0 under TestStream
+    stream = stream.advance_processing_time(first_release + 1)
+    with beam.Pipeline(options=options) as pipeline:
+        result = pipeline | stream | ContinualCount(
+            steps=steps, public_keys=["a", "b"], epsilon=1.0, max_contributions=4,
+            secret=SecretRef(literal=b"skew"), insecure=True)
+        result.records | "Records" >> beam.ParDo(AppendJson(os.path.join(folder, "r")))
+    released = sorted((r["key"], r["step"]) for r in read_json_lines(os.path.join(folder, "r")))
+    assert released == [(key, step) for key in ("a", "b") for step in range(4)]

@@ -339,6 +339,7 @@ class ReleaseStreamingFn(beam.DoFn):
 
     STATE = ReadModifyWriteStateSpec("release_state", ReleaseStateCoder())
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+    RETRY = TimerSpec("retry", TimeDomain.REAL_TIME)  # a step held by the wall clock
 
     def __init__(self, config: ReleaseConfig, public_keys: Sequence,
                  checkpointed: bool = False):
@@ -412,12 +413,37 @@ class ReleaseStreamingFn(beam.DoFn):
 
     @on_timer(RELEASE)
     def release(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
-                state=beam.DoFn.StateParam(STATE), timer=beam.DoFn.TimerParam(RELEASE)):
+                state=beam.DoFn.StateParam(STATE), timer=beam.DoFn.TimerParam(RELEASE),
+                retry=beam.DoFn.TimerParam(RETRY)):
         """Releases, in order, every step of the key that is due at this firing (its release
         time <= the firing time and <= the wall clock), then sets the timer for the next step.
         A firing with nothing due (a repeated firing) releases nothing and sets the timer
-        again; a firing ahead of the wall clock (a drain) releases what the wall clock passed
-        and sets no timer: the release ends at its last step released."""
+        again. A step whose release time the watermark passed but the wall clock has not (a
+        drain moves the watermark to the end of time; a worker's clock may also lag the
+        event times) is held: `retry` re-checks it on the wall clock at its release time."""
+        yield from self._release(key, fire.micros, state, timer, retry)
+
+    @on_timer(RETRY)
+    def retry(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(STATE),
+              timer=beam.DoFn.TimerParam(RELEASE), retry=beam.DoFn.TimerParam(RETRY)):
+        """A held step, on the wall clock: released once the worker's clock passed its release
+        time (the watermark had), and the event-time timer set for the next. A retry firing
+        before that time (a drain that fires processing-time timers at once) releases nothing
+        and sets nothing: the release ends at its last step released."""
+        current = state.read()
+        if current is None:
+            return
+        held = current[1]
+        if held >= self.config.steps.horizon:
+            return
+        release = self._step_times(held)[2]
+        if int(time.time() * 1e6) < release:
+            self.held.inc()
+            return
+        yield from self._release(key, release, state, timer, retry)
+
+    def _release(self, key, fire: int, state, timer, retry):
+        """The steps due by `fire` (micros) and the wall clock, then the next timer."""
         current = state.read()
         sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
         if sealed is None:  # the timer is set only after the seed sealed a state: state lost
@@ -429,7 +455,7 @@ class ReleaseStreamingFn(beam.DoFn):
         # a step is due when the watermark passed its release time, and never before the wall
         # clock did: a drain moves the watermark to the end of time, which must not release
         # the steps still to come (with no data) and seal the release early
-        due = min(fire.micros, int(time.time() * 1e6))
+        due = min(fire, int(time.time() * 1e6))
         records = []
         while step < horizon and (stop is None or step < stop):
             times = self._step_times(step)
@@ -450,8 +476,9 @@ class ReleaseStreamingFn(beam.DoFn):
             state.write((sealed, step, stop, {} if stop == step else pending))
         if step < horizon and (stop is None or step < stop):
             following = self._step_times(step)
-            if following[2] <= fire.micros:  # held by the wall clock: the watermark is ahead
-                self.held.inc()             # of it (a drain), a timer would fire at once
+            if following[2] <= fire:  # held by the wall clock: an event-time timer would
+                self.held.inc()       # fire at once; re-check on the wall clock
+                retry.set(Timestamp(micros=following[2]))
             else:
                 # also after a firing with nothing due: the local runner repeats a firing and
                 # the repeat clears the timer the first one set (it would never fire again)
