@@ -93,8 +93,9 @@ def resolve_path(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """Where the events come from and how a record is read. `kind: files` (bounded: `path`,
-    one batch release) or `pubsub` (unbounded: `subscription`, one JSON record per message,
-    `timestamp_attribute` drives the watermark, `id_attribute` deduplicates on Dataflow)."""
+    one batch release) or `pubsub` (unbounded: `subscription`, one JSON record per message;
+    `timestamp_attribute`, optional, must agree with the record's time; `id_attribute`
+    deduplicates on Dataflow)."""
     path: str
     format: str
     fields: Dict[str, str]            # role -> column
@@ -345,10 +346,10 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                                                       steps["release_delay_steps"])
     lateness = steps.get("allowed_lateness_seconds", 0)
     if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
-            0 <= lateness < timing.get("release_delay_steps", 1) * size):
+            0 <= lateness <= timing.get("release_delay_steps", 1) * size / 2):
         fail("steps.allowed_lateness_seconds", "a number of seconds in [0, release_delay_steps "
-                                               "x size_seconds) (a step's events are in before "
-                                               "it is released)", lateness)
+                                               "x size_seconds / 2] (a step's contributions "
+                                               "reach its release before it is due)", lateness)
     timing["allowed_lateness_seconds"] = float(lateness)
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise")))
@@ -486,11 +487,6 @@ def _pubsub_input(source) -> dict:
         if attribute is not None and (not isinstance(attribute, str) or not attribute):
             fail(f"input.{name}", "a message attribute name", attribute)
         settings[name] = attribute
-    if settings["timestamp_attribute"] is None:
-        fail("input.timestamp_attribute", "the message attribute holding each event's time "
-                                          "(milliseconds since the epoch or RFC 3339: the "
-                                          "watermark follows event time, not publish time)",
-             None)
     return settings
 
 

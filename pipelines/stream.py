@@ -5,9 +5,10 @@
 
 Stages, with the element after each:
 
-    ReadFromPubSub(subscription, timestamp_attribute)   PubsubMessage (event time from the attribute)
-    DropHeartbeats                                      its data: one JSON object (bytes)
-    ParseJson -> ToElements                             the transform's element, or a dead letter
+    ReadFromPubSub(subscription)                        PubsubMessage (at its publish time)
+    ParseMessages                                       its record (a dict) or a dead letter
+    ToElements                                          the transform's element at its record's
+                                                        time, or a dead letter
     <transform>, claimed by release.json                records at each step's release
     WriteStepFiles                                      steps/step-N.<format> + step-N.json, once
     StepStatus                                          operator/steps/step-N.json (publication lag)
@@ -42,7 +43,7 @@ from pipelines import io
 from pipelines.checkpoints import read_json, write_text
 from transforms.claims import ClaimOnce, guard, guarded
 from transforms.durable import create_if_absent
-from transforms.messages import DEAD_LETTER, METRICS
+from transforms.messages import DEAD_LETTER, METRICS, dead_letter
 from transforms.messages import StepWindow
 from transforms.step_files import StepCheckpoint, WriteStepFiles, publish_step, step_name
 from transforms.validation import fail
@@ -62,30 +63,80 @@ def release_claim(job: job_config.JobConfig, manifest: dict) -> ClaimOnce:
                      f"folder or job name)")
 
 
-class DropHeartbeats(beam.DoFn):
-    """PubsubMessage -> its data, unless it is a heartbeat (counted, operator-only)."""
+def attribute_seconds(name: str, value) -> float:
+    """A message's timestamp attribute (milliseconds since the epoch, or RFC 3339 as Beam's
+    Pub/Sub reader takes it) -> seconds, else a one-line error."""
+    from apache_beam.utils.timestamp import Timestamp
+    text = value if isinstance(value, str) else ""
+    try:
+        seconds = int(text) / 1000.0 if text.lstrip("-").isdigit() and len(text) <= 16 \
+            else float(Timestamp.from_rfc3339(text))
+    except (ValueError, OverflowError, TypeError):
+        seconds = None
+    if seconds is None or not job_config.TIME_RANGE[0] <= seconds <= job_config.TIME_RANGE[1]:
+        fail(f"attribute {name!r}", "milliseconds since the epoch or an RFC 3339 time in the "
+                                    "years 1 to 9999", value)
+    return seconds
 
-    def __init__(self):
+
+class ParseMessage(beam.DoFn):
+    """PubsubMessage -> its record (one JSON object, a dict), or a dead letter. A heartbeat
+    (the attribute `heartbeat` and no data) is dropped, counted (operator-only). With a
+    timestamp attribute, the record's own timestamp field (its event time, as in a file) must
+    agree with it to the millisecond: a message without it, with an unreadable one or with
+    another time is a dead letter (the attribute is parsed here, not by the reader, where a
+    bad one would fail the read of the messages around it)."""
+
+    def __init__(self, job: job_config.JobConfig):
+        self.attribute = job.input.timestamp_attribute
+        self.field = job.input.fields["timestamp"]
+        self.timestamp_format = job.input.timestamp_format
         self.heartbeats = Metrics.counter(METRICS, "heartbeats")
 
+    def setup(self):
+        self.parse = io.ParseJson()
+
     def process(self, message):
-        if (message.attributes or {}).get(HEARTBEAT) is not None:
-            self.heartbeats.inc()
+        attributes = dict(message.attributes or {})
+        if HEARTBEAT in attributes:
+            if not message.data:
+                self.heartbeats.inc()
+                return
+            yield dead_letter(message.data, "bad message: a heartbeat with data")
             return
-        yield message.data
+        stamped = None
+        if self.attribute is not None:
+            try:
+                stamped = attribute_seconds(self.attribute, attributes.get(self.attribute))
+            except ValueError as error:
+                yield dead_letter(message.data, f"bad message: {error}")
+                return
+        for row in self.parse.process(message.data):
+            if stamped is not None and isinstance(row, dict) and self.field in row:
+                try:
+                    seconds = io.parse_cell(self.field, "timestamp", row[self.field],
+                                            self.timestamp_format)
+                except ValueError:
+                    seconds = None  # the record's own error: ToElement dead-letters it
+                if seconds is not None and abs(seconds - stamped) >= 0.001:
+                    yield dead_letter(row, f"bad message: its attribute {self.attribute!r} "
+                                           f"({stamped!r}) and its {self.field!r} "
+                                           f"({seconds!r}) are not the same time")
+                    continue
+            yield row
 
 
 def read_elements(pipeline, job: job_config.JobConfig, remote: bool):
-    """-> (elements with event times, [dead-letter PCollections]) from the subscription."""
+    """-> (elements with event times, [dead-letter PCollections]) from the subscription. The
+    reader stamps messages with their publish time (the watermark follows it); each element's
+    event time is its record's timestamp field, as in a file."""
     source = job.input
     messages = pipeline | "ReadFromPubSub" >> beam.io.ReadFromPubSub(
         subscription=source.subscription, with_attributes=True,
-        timestamp_attribute=source.timestamp_attribute,
         # the local runner refuses id_label; Dataflow deduplicates redelivered messages by it
         id_label=source.id_attribute if remote else None)
-    lines = messages | "DropHeartbeats" >> beam.ParDo(DropHeartbeats())
-    rows = lines | "ParseJson" >> beam.ParDo(io.ParseJson()).with_outputs(DEAD_LETTER,
-                                                                          main="rows")
+    rows = messages | "ParseMessages" >> beam.ParDo(ParseMessage(job)).with_outputs(
+        DEAD_LETTER, main="rows")
     elements = rows.rows | "ToElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
     return elements.elements, [rows[DEAD_LETTER], elements[DEAD_LETTER]]

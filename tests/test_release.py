@@ -65,8 +65,8 @@ REFUSED = {
     "secret_fingerprint": ["", "0" * 63, HEX64.upper(), "g" * 64, b"0" * 64, 0],
     "noise_version": ["v5", "", 4, b"v4"],
     # the fixture's steps are of 3600 s, released one step late
-    "allowed_lateness_seconds": [-1.0, 3600.0, 1e9, float("nan"), float("inf"), True, "1",
-                                 None],
+    "allowed_lateness_seconds": [-1.0, 1800.1, 3600.0, 1e9, float("nan"), float("inf"), True,
+                                 "1", None],
 }
 
 

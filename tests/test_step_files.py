@@ -42,8 +42,8 @@ def test_every_step_is_one_whole_file_of_every_public_key_equal_to_batch(tmp_pat
         manifest = json.load(open(os.path.join(folder, f"step-{step:08d}.json")))
         assert manifest["records"] == 3 and set(manifest["files"]) == {"jsonl", "csv"}
         for entry in manifest["files"].values():
-            assert hashlib.sha256(open(entry["path"], "rb").read()).hexdigest() == \
-                entry["sha256"]
+            data = open(os.path.join(folder, entry["name"]), "rb").read()
+            assert hashlib.sha256(data).hexdigest() == entry["sha256"]
     assert len(glob.glob(os.path.join(folder, "step-*"))) == 3 * STEPS.horizon
     assert not glob.glob(os.path.join(folder, ".tmp-*"))  # no temporary file left
 

@@ -155,8 +155,8 @@ class ReleaseConfig:
     # `build` refuses it rather than derive another version's noise for its release
     noise_version: Optional[str] = None
     # unbounded input: how long after its step's end an event still counts (a unit's step is
-    # processed then; later events are `late` dead letters); less than the release delay, so
-    # a step's contributions are in before it is released
+    # processed then; later events are `late` dead letters); at most half the release delay,
+    # so a step's contributions are in before it is released
     allowed_lateness_seconds: float = 0.0
 
     def __post_init__(self):
@@ -184,11 +184,11 @@ class ReleaseConfig:
         check.integer_at_least("release_delay_steps", self.release_delay_steps, 0)
         lateness = self.allowed_lateness_seconds
         if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
-                lateness == 0 or 0 < lateness < self.release_delay_steps * self.steps.size):
+                lateness == 0 or 0 < lateness <= self.release_delay_steps * self.steps.size / 2):
             fail("allowed_lateness_seconds", f"0, or in (0, {self.release_delay_steps} x "
-                                             f"{self.steps.size:g}) s (less than the release "
-                                             f"delay: a step's contributions are in before it "
-                                             f"is released)", lateness)
+                                             f"{self.steps.size:g} / 2] s (at most half the "
+                                             f"release delay: a step's contributions reach its "
+                                             f"release before it is due)", lateness)
         check_release_id(self.release_id)
         if not _is_sha256_hex(self.descriptor_digest):
             fail("descriptor_digest", "64 lowercase hex digits (the release descriptor's "

@@ -54,7 +54,8 @@ def publish_step(folder: str, step: int, rows: list, formats) -> dict:
         data = encode_records(rows, fmt)
         path = step_name(folder, step, SUFFIXES[fmt])
         publish_once(path, data)
-        files[fmt] = {"path": path, "sha256": hashlib.sha256(data).hexdigest()}
+        files[fmt] = {"name": path.rsplit("/", 1)[-1],  # beside the manifest
+                      "sha256": hashlib.sha256(data).hexdigest()}
     manifest = {"step": step, "records": len(rows), "files": files,
                 "window_end": rows[0]["window_end"]}
     publish_once(step_name(folder, step, ".json"),

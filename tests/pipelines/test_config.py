@@ -171,8 +171,6 @@ def test_a_pubsub_input_is_read_as_configured():
      r"^`input.subscription` must be projects/<project id>/subscriptions/<name> .*got "
      r"'projects/p/subscriptions/s'\.$"),
     (streamed(subscription=DELETE), r"^`input.subscription` must be projects/.*got None\.$"),
-    (streamed(timestamp_attribute=DELETE), r"^`input.timestamp_attribute` must be the message "
-                                           r"attribute holding each event's time"),
     (streamed(id_attribute=""), r"^`input.id_attribute` must be a message attribute name"),
     (streamed(format="csv"), r"^`input.format` must be 'jsonl' for input.kind 'pubsub'"),
     (edited(("input", "subscription"), "projects/dp-demo/subscriptions/e"),
@@ -185,7 +183,9 @@ def test_a_pubsub_input_is_read_as_configured():
      r"^`steps.release_delay_steps` must be an integer >= 1; got 0\.$"),
     (dict(streamed(), steps=dict(BASE["steps"], allowed_lateness_seconds=3600)),
      r"^`steps.allowed_lateness_seconds` must be a number of seconds in \[0, "
-     r"release_delay_steps x size_seconds\) .*got 3600\.$"),
+     r"release_delay_steps x size_seconds / 2\] .*got 3600\.$"),
+    (dict(streamed(), steps=dict(BASE["steps"], allowed_lateness_seconds=1801)),
+     r"^`steps.allowed_lateness_seconds` must be .*got 1801\.$"),
     (dict(streamed(), steps=dict(BASE["steps"], allowed_lateness_seconds=-1)),
      r"^`steps.allowed_lateness_seconds` must be a number of seconds .*got -1\.$"),
 ])

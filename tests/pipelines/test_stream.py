@@ -140,8 +140,8 @@ def test_a_live_source_silent_for_two_steps_releases_them_once_when_it_resumes(e
 
 
 def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, capsys):
-    """A streaming release stopped (or still running) is not continued by launching again: the
-    job is refused in one line before it starts (exit 2), nothing written."""
+    """A streaming release stopped (or still running) is not launched again as a new release:
+    the job is refused in one line before it starts (exit 2), nothing written."""
     config = write_config(tmp_path, "live", 1_800_000_000.0, {
         "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
         "timestamp_attribute": "ms", "format": "jsonl", "fields": FIELDS})
@@ -152,9 +152,9 @@ def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, caps
     assert job_run.main(["--config", config]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: `output.path` must be a folder without a release of job "
-                   f"active-users-live (release {'ab' * 16} was published there; a stopped "
-                   f"streaming release does not continue: a new release needs a new "
-                   f"output.path or job name); got '{tmp_path / 'live'}'."]
+                   f"active-users-live (release {'ab' * 16} was published there: continue it "
+                   f"from its last checkpointed step with --continue, or start a new release "
+                   f"with a new output.path or job name); got '{tmp_path / 'live'}'."]
     assert sorted(os.listdir(tmp_path / "live")) == before
 
 
@@ -247,3 +247,38 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # one release
     again = subprocess.run(launch + ["--continue"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 2 and "published all 12" in again.stderr, again.stderr
+
+
+def _parsed(job, data, **attributes):
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    from pipelines.stream import ParseMessage
+    fn = ParseMessage(job)
+    fn.setup()
+    out = list(fn.process(PubsubMessage(data, attributes)))
+    return [o.value["reason"] if hasattr(o, "tag") else o for o in out]
+
+
+def test_a_bad_message_is_one_dead_letter_and_a_heartbeat_nothing(tmp_path):
+    """The timestamp attribute is read by the job, not Beam's reader (where a bad one fails
+    the read of the messages around it): missing, unreadable, out of range, or another time
+    than the record's is a dead letter; a heartbeat with data is one too."""
+    from pipelines import config as job_config
+    job = job_config.load(write_config(tmp_path, "live", 1_800_000_000.0, {
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
+        "timestamp_attribute": "ms", "format": "jsonl", "timestamp_format": "seconds",
+        "fields": FIELDS}))
+    row = {"user": "u", "region": "eu", "t": 1_800_000_001.5}
+    data = json.dumps(row).encode()
+    assert _parsed(job, data, ms="1800000001500") == [row]
+    assert _parsed(job, data, ms="2027-01-15T08:00:01.5Z") == [row]  # RFC 3339, as Beam
+    assert _parsed(job, b"", heartbeat="1") == []
+    assert _parsed(job, data, heartbeat="1") == ["bad message: a heartbeat with data"]
+    assert _parsed(job, data) == ["bad message: `attribute 'ms'` must be milliseconds since "
+                                  "the epoch or an RFC 3339 time in the years 1 to 9999; got "
+                                  "None."]
+    for bad in ("abc", "1" * 17, "-99999999999999"):
+        assert _parsed(job, data, ms=bad)[0].startswith("bad message: `attribute 'ms'` must")
+    assert _parsed(job, data, ms="1800000003600") == [
+        "bad message: its attribute 'ms' (1800000003.6) and its 't' (1800000001.5) are not "
+        "the same time"]
+    assert _parsed(job, b"not json", ms="1800000001500")[0].startswith("invalid JSON line")
