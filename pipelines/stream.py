@@ -9,6 +9,8 @@ Stages, with the element after each:
     ParseMessages                                       its record (a dict) or a dead letter
     ToElements                                          the transform's element at its record's
                                                         time, or a dead letter
+    (count, sum: the events wait for the release's claim; each unit's state after each step
+     goes to the execution's unit log, `transforms.stream_checkpoint`)
     <transform>, claimed by release.json                records at each step's release
     WriteStepFiles                                      steps/step-N.<format> + step-N.json, once
     StepStatus                                          operator/steps/step-N.json (publication lag)

@@ -176,3 +176,12 @@ def test_a_continuation_runs_once(stopped_twice, tmp_path, monkeypatch):
     execution(tmp_path, monkeypatch, STEPS.end(4) + 1, (4, units, keys))
     with pytest.raises(Exception, match=r"steps from 4 was claimed before"):
         execution(tmp_path, monkeypatch, STEPS.end(HORIZON + 2), (4, units, keys))
+
+
+def test_nothing_checkpointed_is_nothing_to_continue(tmp_path):
+    """A release stopped before its first step was checkpointed cannot be continued (its units'
+    states are not proven): a new release, in a new folder."""
+    FOLDER[0] = str(tmp_path / "checkpoint")
+    with pytest.raises(ValidationError, match=r"^`checkpoint` must be of a published step \(no "
+                                              r"step of this release was checkpointed"):
+        ck.verified_resume(count().config, FOLDER[0], KEYS)
