@@ -238,9 +238,13 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     """`main` for unbounded input (`pipelines.stream`): launches the streaming job; on a local
     runner, follows it, printing each step as it is published, until every step of the horizon
     is (or the job fails, or Ctrl-C cancels it: no later step is released)."""
-    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True
+    if options.view_as(GoogleCloudOptions).update and stream.checkpointed(job):
+        job_config.fail("--update", "left out for a checkpointed streaming release (an "
+                                    "updated job keeps its Beam state under a new execution: "
+                                    "drain it, then --continue)", "--update")
     with contextlib.ExitStack() as stack:
         secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
         checkpoint = stream.checkpoint_folder(job) if stream.checkpointed(job) else None
@@ -317,7 +321,7 @@ def continued_stream(job: job_config.JobConfig, checkpoint: str):
                                       f"with (its {name} differs: a release continues on the "
                                       f"terms it was published with)", name)
     continuation = stream.Continuation(job, transform)
-    continuation.republish_last(job)
+    continuation.republish(job, transform)
     return transform, continuation
 
 

@@ -36,6 +36,7 @@ import os
 import threading
 import time
 import uuid
+from typing import List
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -230,11 +231,20 @@ class Continuation:
                          f"steps from {first} of release {transform.release_id}",
                          precondition=nothing_later)
 
-    def republish_last(self, job: job_config.JobConfig) -> None:
-        """The last checkpointed step's files, if its job stopped before writing them (the
-        same bytes: its checkpoint holds its records)."""
-        publish_step(steps_folder(job.public_path), self.first - 1,
-                     sorted(self.records, key=lambda r: r["key"]), job.output.formats)
+    def republish(self, job: job_config.JobConfig, transform) -> List[int]:
+        """The files of every checkpointed step whose manifest is missing (a job stopped
+        between a step's checkpoint and its files: the same bytes, from the checkpoint's
+        records); -> those steps."""
+        from apache_beam.io.filesystems import FileSystems
+        from transforms import stream_checkpoint as ck
+        folder, done = steps_folder(job.public_path), []
+        for step in range(self.first):
+            if not FileSystems.exists(step_name(folder, step, ".json")):
+                records = ck.read_key_checkpoint(transform.config, self.folder, step)["records"]
+                publish_step(folder, step, sorted(records, key=lambda r: r["key"]),
+                             job.output.formats)
+                done.append(step)
+        return done
 
 
 def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote: bool,

@@ -185,3 +185,47 @@ def test_nothing_checkpointed_is_nothing_to_continue(tmp_path):
     with pytest.raises(ValidationError, match=r"^`checkpoint` must be of a published step \(no "
                                               r"step of this release was checkpointed"):
         ck.verified_resume(count().config, FOLDER[0], KEYS)
+
+
+def test_which_execution_published_a_step_is_read_from_the_sealed_checkpoints(stopped_twice):
+    """The step claims are not sealed: renaming a step's execution in its claim (which would
+    skip that execution's unit states: its units would spend their caps again) changes
+    nothing; the MAC'd checkpoint of each step names its publisher."""
+    config = stopped_twice.config
+    before = ck.verified_resume(config, FOLDER[0], KEYS)
+    for step in range(4):
+        path = os.path.join(FOLDER[0], f"step-{step:08d}.claim")
+        claim = json.load(open(path))
+        json.dump(dict(claim, execution="0" * 16), open(path, "w"))
+    assert ck.verified_resume(config, FOLDER[0], KEYS)[1] == before[1]
+
+
+def test_two_different_states_of_one_unit_and_step_are_refused(stopped_twice):
+    """A retried bundle that saw other events can leave two sealed, listed entries for one
+    unit and step: which one was released is unknown, so the continuation is refused."""
+    config = stopped_twice.config
+    body = ck.read_key_checkpoint(config, FOLDER[0], 3)
+    execution = body["execution"]
+    data = ("\n".join([ck.codec.dumps(["u1", 3, (4.0, ("a",))]),
+                       ck.codec.dumps(["u1", 3, (1.0, ("a",))])]) + "\n").encode()
+    name = "units-forged.jsonl"
+    folder = os.path.join(FOLDER[0], "units", execution)
+    open(os.path.join(folder, name), "wb").write(ck.sealed(config, name, data))
+    path = os.path.join(FOLDER[0], ck.keys_name(3))
+    open(path, "wb").write(ck.key_checkpoint(
+        config, 3, body["records"], body["key_states"],
+        body["unit_logs"] + [f"units/{execution}/{name}"], execution))
+    with pytest.raises(ValidationError, match=r"^`unit log` must be one state per unit and "
+                                              r"step \(two differ at step 3"):
+        ck.verified_resume(config, FOLDER[0], KEYS)
+
+
+def test_a_checkpointed_step_republishes_its_files_byte_for_byte(stopped_twice, tmp_path):
+    """A job stopped between a step's checkpoint and its files leaves the step unpublished;
+    the continuation writes them from the checkpoint's records: the same bytes."""
+    from transforms.step_files import publish_step
+    records = ck.read_key_checkpoint(stopped_twice.config, FOLDER[0], 1)["records"]
+    publish_step(str(tmp_path / "again"), 1, sorted(records, key=lambda r: r["key"]),
+                 ("jsonl",))
+    assert (tmp_path / "again" / "step-00000001.jsonl").read_bytes() == \
+        (tmp_path / "steps" / "step-00000001.jsonl").read_bytes()

@@ -128,6 +128,13 @@ class StepFilesFn(beam.DoFn):
         later continuation claimed it, and writes the step's checkpoint (before its files)."""
         from transforms import stream_checkpoint as ck
         config, folder, first, execution = self.checkpoint
+
+        def superseded():
+            later = [f for f in ck.continuation_claims(folder) if first < f <= step]
+            if later:
+                fail("step", f"published by the latest execution (a continuation claimed the "
+                             f"steps from {later[0]})", step)
+        superseded()  # before the step's claim: a superseded execution leaves none
         claim = ck.join(folder, f"step-{step:08d}.claim")
         mine = json.dumps({"token": str(token), "execution": execution}, sort_keys=True)
         if not create_if_absent(claim, mine.encode("utf-8")):
@@ -136,13 +143,11 @@ class StepFilesFn(beam.DoFn):
                 if handle.read().decode("utf-8") != mine:
                     fail("step", f"published by one execution (step {step} was claimed by "
                                  f"another execution of release {config.release_id})", claim)
-        later = [f for f in ck.continuation_claims(folder) if first < f <= step]
-        if later:
-            fail("step", f"published by the latest execution (a continuation claimed the steps "
-                         f"from {later[0]})", step)
+        superseded()
         # every unit log file written so far: the ones behind what step `step` releases too
         publish_once(ck.join(folder, ck.keys_name(step)),
-                     ck.key_checkpoint(config, step, rows, states, ck.unit_log_files(folder)))
+                     ck.key_checkpoint(config, step, rows, states, ck.unit_log_files(folder),
+                                       execution))
 
 
 class CheckpointedStepFilesFn(StepFilesFn):

@@ -23,9 +23,9 @@ resumed without its state would spend its cap again). The checkpoint folder hold
 A continuation from s verifies the checkpoints' MACs, reads every unit log file the last one
 lists (a file missing, or one whose MAC fails, is refused: its units would spend their caps
 again) and takes each unit's latest state as of s, counting an entry only if the execution
-that wrote it published its step (`units/<execution>/`, named in `step-<s>.claim`): what a
-stopped execution, or one that lost a step's claim, processed of a step another published was
-never released.
+that wrote it published its step (`units/<execution>/`, named in the step's MAC'd checkpoint):
+what a stopped execution, or one that lost a step's claim, processed of a step another
+published was never released.
 """
 from __future__ import annotations
 
@@ -122,9 +122,12 @@ def _listing(pattern: str) -> List[str]:
 
 
 def key_checkpoint(config, step: int, records: list, key_states: list,
-                   unit_logs: List[str]) -> bytes:
+                   unit_logs: List[str], execution: str) -> bytes:
+    """Step `step`'s checkpoint, MAC'd: its records, its keys' states, the unit log files
+    written by then, and the execution that published it (whose unit log entries of this
+    step are the release's)."""
     data = json.dumps({"release_id": config.release_id, "step": step, "unit_logs": unit_logs,
-                       "records": records,
+                       "execution": execution, "records": records,
                        "key_states": [codec.dumps(pair) for pair in key_states]},
                       sort_keys=True).encode("utf-8") + b"\n"
     return sealed(config, keys_name(step), data)
@@ -163,23 +166,15 @@ def checkpointed_steps(folder: str) -> List[int]:
     return sorted(steps)
 
 
-def step_claim(folder: str, step: int) -> dict:
-    """The claim of the execution that published `step`: {"token", "execution"}."""
-    name = f"step-{step:08d}.claim"
-    try:
-        return json.loads(_read(join(folder, name)).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        fail("checkpoint", "holding the claim of every published step up to the last", name)
-
-
-def unit_states_at(config, folder: str, step: int, files: List[str]
-                   ) -> Dict[object, Tuple[int, object]]:
+def unit_states_at(config, folder: str, step: int, files: List[str],
+                   publisher: Dict[int, str]) -> Dict[object, Tuple[int, object]]:
     """Every unit's latest logged state as of `step`, {unit: (its step, state)}, from the unit
     log `files` (each present and MAC'd, else refused). An entry counts only if the execution
-    that wrote it published its step (`step_claim`): what an execution processed of a step
-    another one published (it stopped, or lost the step's claim) was never released."""
+    that wrote it published its step (`publisher`, from the MAC'd checkpoints): what an
+    execution processed of a step another one published (it stopped, or lost the step's
+    claim) was never released. Two counted entries of one unit and step that differ (a retried
+    bundle that saw other events) are refused."""
     from apache_beam.io.filesystems import FileSystems
-    publisher = {s: step_claim(folder, s).get("execution") for s in range(step + 1)}
     latest: Dict[object, Tuple[int, object]] = {}
     for name in files:
         execution, base = name.split("/")[1], name.rsplit("/", 1)[-1]
@@ -190,7 +185,13 @@ def unit_states_at(config, folder: str, step: int, files: List[str]
         body = unsealed(config, base, _read(path))
         for line in body.decode("utf-8").splitlines():
             unit, at, state = codec.loads(line)
-            if publisher.get(at) == execution and (unit not in latest or latest[unit][0] < at):
+            if at > step or publisher.get(at) != execution:
+                continue
+            found = latest.get(unit)
+            if found is not None and found[0] == at and found[1] != state:
+                fail("unit log", f"one state per unit and step (two differ at step {at}: "
+                                 f"which one was released is unknown)", name)
+            if found is None or found[0] < at:
                 latest[unit] = (at, state)
     return latest
 
@@ -206,10 +207,11 @@ def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, 
     last = steps[-1]
     if steps != list(range(last + 1)):
         fail("checkpoint", f"of every step 0 to {last}", f"steps {steps}")
-    body = None
+    body, publisher = None, {}
     for step in steps:
         body = read_key_checkpoint(config, folder, step)
-    units = unit_states_at(config, folder, last, body["unit_logs"])
+        publisher[step] = body.get("execution")
+    units = unit_states_at(config, folder, last, body["unit_logs"], publisher)
     keys = {key: value for key, value in body["key_states"]}
     missing = [k for k in public_keys if k not in keys]
     if missing:

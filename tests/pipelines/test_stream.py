@@ -282,3 +282,14 @@ def test_a_bad_message_is_one_dead_letter_and_a_heartbeat_nothing(tmp_path):
         "bad message: its attribute 'ms' (1800000003.6) and its 't' (1800000001.5) are not "
         "the same time"]
     assert _parsed(job, b"not json", ms="1800000001500")[0].startswith("invalid JSON line")
+
+
+def test_a_checkpointed_release_is_not_updated_in_place(tmp_path, capsys):
+    """Dataflow's --update keeps a job's Beam state under a new job graph (a new execution,
+    whose unit log the checkpoints would not count): refused, drain and --continue instead."""
+    config = write_config(tmp_path, "live", 1_800_000_000.0, {
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
+        "timestamp_attribute": "ms", "format": "jsonl", "fields": FIELDS})
+    assert job_run.main(["--config", config, "--update"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: `--update` must be left out for a checkpointed streaming release")
