@@ -66,11 +66,11 @@ def release_claim(job: job_config.JobConfig, manifest: dict) -> ClaimOnce:
                      f"folder or job name)")
 
 
-def attribute_seconds(name: str, value) -> float:
+def attribute_seconds(name: str, attribute) -> float:
     """A message's timestamp attribute (milliseconds since the epoch, or RFC 3339 as Beam's
     Pub/Sub reader takes it) -> seconds, else a one-line error."""
     from apache_beam.utils.timestamp import Timestamp
-    text = value if isinstance(value, str) else ""
+    text = attribute if isinstance(attribute, str) else ""
     try:
         seconds = int(text) / 1000.0 if text.lstrip("-").isdigit() and len(text) <= 16 \
             else float(Timestamp.from_rfc3339(text))
@@ -78,7 +78,7 @@ def attribute_seconds(name: str, value) -> float:
         seconds = None
     if seconds is None or not job_config.TIME_RANGE[0] <= seconds <= job_config.TIME_RANGE[1]:
         fail(f"attribute {name!r}", "milliseconds since the epoch or an RFC 3339 time in the "
-                                    "years 1 to 9999", value)
+                                    "years 1 to 9999", attribute)
     return seconds
 
 
