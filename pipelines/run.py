@@ -260,6 +260,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         manifest = dict(release_manifest(transform), input=io.input_binding(job))
         pipeline = beam.Pipeline(options=options)
         stream.build(pipeline, job, transform, manifest, not local, continuation)
+        before = set(stream.published_steps(job)) if local else set()
         result = pipeline.run()
         where = (f"release {transform.release_id}: "
                  + (f"continued from step {continuation.first} (its checkpoint verified); "
@@ -276,8 +277,12 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
             return 0
         watch = stream.Watch(result)
         try:
+            if not transform.private:
+                print(f"release {transform.release_id}: INSECURE demo release (fixed seed): "
+                      f"records are marked private: false; values are noisy running totals "
+                      f"and can be negative", file=sys.stderr, flush=True)
             code = stream.follow(job, watch, sys.stdout if not args.json else sys.stderr,
-                                 transform.config.release_delay_steps)
+                                 transform.config.release_delay_steps, before=before)
         except KeyboardInterrupt:
             code = 130
         finally:

@@ -367,7 +367,7 @@ def step_line(job: job_config.JobConfig, status: dict) -> str:
     rows = [json.loads(line) for line in open(step_name(
         steps_folder(job.public_path), status["step"], ".jsonl"))] \
         if "jsonl" in job.output.formats else []
-    values = ", ".join(f"{r['key']} {r['value']:.1f}" for r in rows[:6]) + (
+    values = ", ".join(f"{r['key']} {r['value']:g}" for r in rows[:6]) + (
         ", ..." if len(rows) > 6 else "")
     lag = status["seconds_after_step_end"]
     when = "published before this job" if lag is None else \
@@ -377,10 +377,12 @@ def step_line(job: job_config.JobConfig, status: dict) -> str:
 
 
 def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll: float = 0.2,
-           grace_seconds: float = None) -> int:
+           grace_seconds: float = None, before=()) -> int:
     """Prints each step as it is published and keeps the operator summary current; returns
     once every step is published (0), the job failed (2), or the last step's release time is
-    `grace_seconds` behind the wall clock with steps missing (1)."""
+    `grace_seconds` behind the wall clock with steps missing (1). `before`: the steps
+    published before the job started (a continued release); a step this job publishes is
+    printed once its operator note (its lag) is written too."""
     steps = job.steps.time_steps()
     last_release = steps.end(steps.horizon - 1 + delay_steps)
     grace = grace_seconds if grace_seconds is not None else 2 * job.steps.size_seconds + 30
@@ -388,6 +390,8 @@ def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll:
     while True:
         published = published_steps(job)
         for step in sorted(set(published) - shown):
+            if published[step]["seconds_after_step_end"] is None and step not in before:
+                continue  # its files are in, its operator note not yet
             print(step_line(job, published[step]), file=out, flush=True)
             shown.add(step)
         if written != len(shown):
