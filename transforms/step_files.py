@@ -75,12 +75,13 @@ class StepCheckpoint:
 
 
 class StepFilesFn(beam.DoFn):
-    """(step, (kind, line)) -> the step's manifest once all its public keys' records (kind
-    "r") are in, and, checkpointed, their states (kind "k"). A checkpointed step is claimed by
-    this execution and checkpointed before its files are written."""
+    """(step, line) -> the step's manifest once all its public keys' lines are in: a record
+    (JSON), or, checkpointed, a record with its key's sealed state after the step
+    ({"record": ..., "state": codec line}: one element and one state write per key and step,
+    as without checkpoints). A checkpointed step is claimed by this execution and checkpointed
+    before its files are written."""
     RECORDS = BagStateSpec("records", StrUtf8Coder())
     COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
-    KEYS = ReadModifyWriteStateSpec("keys", VarIntCoder())
 
     def __init__(self, folder: str, public_keys: Sequence, formats: Tuple[str, ...],
                  checkpoint: "StepCheckpoint" = None):
@@ -90,37 +91,34 @@ class StepFilesFn(beam.DoFn):
             checkpoint.config, checkpoint.folder, checkpoint.first, checkpoint.execution)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
-                count=beam.DoFn.StateParam(COUNT), keys=beam.DoFn.StateParam(KEYS)):
-        return self._process(element, None, records, count, keys)
+                count=beam.DoFn.StateParam(COUNT)):
+        return self._process(element, None, records, count)
 
-    def _process(self, element, token, records, count, keys):
-        step, (kind, line) = element
-        records.add(kind + line)
-        if kind == "k":
-            keys.write((keys.read() or 0) + 1)
-        else:
-            record = json.loads(line)
-            if record["key"] not in self.keys:
-                fail("record", "of a public key", record["key"])
-            count.write((count.read() or 0) + 1)
-        if (count.read() or 0) < len(self.keys) or (
-                self.checkpoint is not None and (keys.read() or 0) < len(self.keys)):
+    def _process(self, element, token, records, count):
+        step, line = element
+        records.add(line)
+        seen = (count.read() or 0) + 1
+        count.write(seen)
+        if seen < len(self.keys):
             return
-        lines = list(records.read())
-        rows = sorted((json.loads(x[1:]) for x in lines if x[0] == "r"),
-                      key=lambda r: r["key"])
+        items = [json.loads(x) for x in records.read()]
+        if self.checkpoint is not None:
+            from transforms.streams import codec
+            states = sorted((codec.loads(item["state"]) for item in items),
+                            key=lambda pair: key_text(pair[0]))
+            items = [item["record"] for item in items]
+        rows = sorted(items, key=lambda r: r["key"])
         if [r["key"] for r in rows] != sorted(self.keys):
             fail("records", f"one per public key at step {step}",
                  sorted(r["key"] for r in rows))
         if self.checkpoint is not None:
-            from transforms.streams import codec
-            states = sorted((codec.loads(x[1:]) for x in lines if x[0] == "k"),
-                            key=lambda pair: key_text(pair[0]))
+            if [key_text(pair[0]) for pair in states] != sorted(self.keys):
+                fail("key states", f"one per public key at step {step}",
+                     sorted(key_text(pair[0]) for pair in states))
             self._checkpoint(step, rows, states, token)
         manifest = publish_step(self.folder, step, rows, self.formats)
         records.clear()
         count.clear()
-        keys.clear()
         yield manifest
 
     def _checkpoint(self, step: int, rows: list, states: list, token) -> None:
@@ -155,16 +153,16 @@ class CheckpointedStepFilesFn(StepFilesFn):
     claim token."""
 
     def process(self, element, token, records=beam.DoFn.StateParam(StepFilesFn.RECORDS),
-                count=beam.DoFn.StateParam(StepFilesFn.COUNT),
-                keys=beam.DoFn.StateParam(StepFilesFn.KEYS)):
-        return self._process(element, token, records, count, keys)
+                count=beam.DoFn.StateParam(StepFilesFn.COUNT)):
+        return self._process(element, token, records, count)
 
 
 class WriteStepFiles(beam.PTransform):
     """Records of an unbounded release -> one file per step and format under `folder`, written
     once every public key's record of the step is in (see the module docstring); emits each
     step's manifest. `checkpoint` (a `StepCheckpoint`): each step is first claimed by this
-    execution and checkpointed (`transforms.stream_checkpoint`)."""
+    execution and checkpointed (`transforms.stream_checkpoint`); its records then come with
+    the release's key states (the records applied to are not read again)."""
 
     def __init__(self, folder: str, public_keys: Sequence, formats=("jsonl",),
                  checkpoint: StepCheckpoint = None):
@@ -178,15 +176,16 @@ class WriteStepFiles(beam.PTransform):
         self.checkpoint = checkpoint
 
     def expand(self, records):
-        parts = [records | "ByStep" >> beam.Map(
-            lambda record: (record["step"], ("r", json.dumps(record, sort_keys=True))))]
-        side = ()
-        if self.checkpoint is not None:
-            from transforms.streams import codec
-            parts.append(self.checkpoint.key_states | "KeyStatesByStep" >> beam.Map(
-                lambda item: (item[0], ("k", codec.dumps(item[1])))))
-            side = (beam.pvalue.AsSingleton(self.checkpoint.passed),)
-        merged = parts[0] if len(parts) == 1 else parts | "StepParts" >> beam.Flatten()
-        fn = StepFilesFn if self.checkpoint is None else CheckpointedStepFilesFn
-        return merged | "PublishCompleteSteps" >> beam.ParDo(fn(
-            self.folder, self.public_keys, self.formats, self.checkpoint), *side)
+        if self.checkpoint is None:
+            lines = records | "ByStep" >> beam.Map(
+                lambda record: (record["step"], json.dumps(record, sort_keys=True)))
+            return lines | "PublishCompleteSteps" >> beam.ParDo(StepFilesFn(
+                self.folder, self.public_keys, self.formats))
+        # checkpointed: the release's key states carry each key's record of the step too
+        from transforms.streams import codec
+        lines = self.checkpoint.key_states | "ByStep" >> beam.Map(
+            lambda item: (item[0], json.dumps({"record": item[1][2], "state": codec.dumps(
+                (item[1][0], item[1][1]))}, sort_keys=True)))
+        return lines | "PublishCompleteSteps" >> beam.ParDo(CheckpointedStepFilesFn(
+            self.folder, self.public_keys, self.formats, self.checkpoint),
+            beam.pvalue.AsSingleton(self.checkpoint.passed))

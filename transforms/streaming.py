@@ -38,7 +38,7 @@ from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
-KEY_STATES = "key_states"  # its keys' sealed states after each step, (step, (key, state))
+KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
 
 
 @beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
@@ -467,10 +467,11 @@ class ReleaseStreamingFn(beam.DoFn):
                 records.append(dead_letter(key, maker.limit_reason(key, step)))
                 break
             pending.pop(step, None)  # only once the state passed its checks
-            records.append(TimestampedValue(maker.record(key, step, float(out)), times[0]))
-            if self.checkpointed:
+            record = maker.record(key, step, float(out))
+            records.append(TimestampedValue(record, times[0]))
+            if self.checkpointed:  # with its record: one element per key and step to checkpoint
                 records.append(beam.pvalue.TaggedOutput(KEY_STATES, TimestampedValue(
-                    (step, (key, (sealed, None))), times[0])))
+                    (step, (key, (sealed, None), record)), times[0])))
             step += 1
         if records:
             state.write((sealed, step, stop, {} if stop == step else pending))
@@ -614,7 +615,7 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     # the same, of public keys only
     released = public | "ReleasePerKey" >> ReleaseStreaming(
         config, public_keys, checkpoint is not None, window, key_states)
-    # records, one per public key and step + dead letters (+ checkpointed: the key states
-    # (step, (key, (sealed, halt))))
+    # records, one per public key and step + dead letters (+ checkpointed: the key states with
+    # their records (step, (key, (sealed, halt), record)))
     return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
                                     released.dead_letters], None, released.states)
