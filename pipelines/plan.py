@@ -90,8 +90,10 @@ def parser() -> argparse.ArgumentParser:
                    help="with --epsilon: (epsilon, delta)-DP through the Gaussian mechanism")
     p.add_argument("--max-contributions", type=_positive_int("max-contributions"), default=1,
                    help="k: the l1 mass one unit adds to a key's difference stream (default 1)")
-    p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=1,
-                   help="D: the bound on any interval sum of that change (default 1)")
+    p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=None,
+                   help="D: the bound on any interval sum of that change (default k: all of a "
+                        "unit's mass may fall in one interval, as in a count without a "
+                        "per-step cap)")
     p.add_argument("--max-keys-per-unit", type=_positive_int("max-keys-per-unit"), default=1,
                    help="m: keys one unit can change (default 1)")
     p.add_argument("--split", action="store_true",
@@ -188,7 +190,7 @@ def mean_parts(args, privacy: dict) -> dict:
     from transforms.accountant import part_kwargs, share_budget
     from transforms.mechanisms.privacy import PrivacyBudget
     from transforms.mechanisms.ratio import best_split
-    if args.interval_bound != 1:
+    if args.interval_bound is not None:
         raise _UsageError(f"`interval-bound` must be left out with --mean-max-value (the mean's "
                           f"parts declare theirs); got {args.interval_bound}.")
     from transforms.streams.count import ContributionBounds, value_resolution
@@ -251,7 +253,7 @@ def plan_mean(args, privacy: dict) -> int:
     print(f"  budget split: sum part {plan['sum_share']:.4g}, count part "
           f"{1 - plan['sum_share']:.4g} ({plan['split']})")
     for part, row in chosen.items():
-        shown = {k: v for k, v in row.params.items() if not isinstance(v, list)}
+        shown = params_text(row.params)
         unit = " (values)" if part == "sum" else ""
         scale = grid if part == "sum" else 1.0
         budget = ", ".join(f"{k}={v:g}" for k, v in plan["parts"][part][1].items())
@@ -269,6 +271,13 @@ def state_cell(row, budget: int, noise: str) -> str:
     return text + (f"  OVER the {budget:,} B budget" if row.state_bytes > budget else "")
 
 
+def params_text(params: dict, skip=()) -> str:
+    """A mechanism's parameters as the configs write them: k=13,sparsify=True (a list, BLT's
+    decays, left out)."""
+    return ",".join(f"{k}={v}" for k, v in params.items()
+                    if k not in skip and not isinstance(v, list))
+
+
 def main(argv=None) -> int:
     try:
         args = parser().parse_args(argv)
@@ -277,6 +286,8 @@ def main(argv=None) -> int:
             raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
         if args.mean_max_value is not None:
             return plan_mean(args, privacy)
+        if args.interval_bound is None:  # never below what the job's count declares
+            args.interval_bound = args.max_contributions
         if args.value_resolution is not None or args.sum_share is not None:
             raise _UsageError("`value-resolution` and `sum-share` must come with "
                               "--mean-max-value; got them without it.")
@@ -308,13 +319,13 @@ def main(argv=None) -> int:
           f"{key}:\n")
     print(f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}  state")
     for r in rows:
-        params = ",".join(f"{k}={v}" for k, v in r.params.items()
-                          if k != "prune" and not isinstance(v, list))  # (blt: its decays)
+        params = params_text(r.params, skip=("prune",))
         print(f"{r.mechanism:<20}{params:<26}{r.max_se:>11.3f}{r.mean_se:>11.3f}"
               f"{r.sensitivity:>13.4f}  {state_cell(r, budget, args.noise)}")
-    shown = {k: v for k, v in best.params.items() if not isinstance(v, list)}
-    print(f"\nRecommended ({args.metric} error): {best.mechanism} {shown} "
-          f"(MaxSE {best.max_se:.3f}, MeanSE {best.mean_se:.3f})")
+    shown = params_text(best.params)
+    print(f"\nRecommended ({args.metric} error): {best.mechanism}"
+          + (f" {shown}" if shown else "")
+          + f" (MaxSE {best.max_se:.3f}, MeanSE {best.mean_se:.3f})")
     over = sorted({r.mechanism for r in rows if r.state_bytes > budget})
     if over:
         print(f"Not recommended, over the per-key state budget of {budget:,} B "
