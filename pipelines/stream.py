@@ -169,23 +169,16 @@ class StepStatus(beam.DoFn):
     """A published step's manifest -> the operator's note of it: when it was published and how
     long after its step's end (operator-only: publication times follow the data's arrival)."""
 
-    def __init__(self, folder: str, size_seconds: float):
-        self.folder, self.size = folder, size_seconds
+    def __init__(self, folder: str, steps):
+        self.folder, self.steps = folder, steps
 
     def process(self, manifest):
         now = time.time()
-        end = manifest["window_end"]
-        end_seconds = end if isinstance(end, (int, float)) else _seconds(end)
-        status = {"step": manifest["step"], "records": manifest["records"],
-                  "published_at": now, "seconds_after_step_end": now - end_seconds}
+        status = {"step": manifest["step"], "records": manifest["records"], "published_at": now,
+                  "seconds_after_step_end": now - self.steps.end(manifest["step"])}
         create_if_absent(step_name(self.folder, manifest["step"], ".json"),
                          json.dumps(status, sort_keys=True).encode("utf-8"))
         yield status
-
-
-def _seconds(text: str) -> float:
-    import datetime
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def checkpoint_folder(job: job_config.JobConfig) -> str:
@@ -271,7 +264,7 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
     manifests = result.records | "PublishSteps" >> WriteStepFiles(
         steps_folder(job.public_path), job.public_keys, job.output.formats, step_checkpoint)
     _ = manifests | "StepStatus" >> beam.ParDo(StepStatus(
-        steps_folder(job.operator_path), job.steps.size_seconds))
+        steps_folder(job.operator_path), job.steps.time_steps()))
     dead_letters = guarded(dead + [result.dead_letters] | "AllDeadLetters" >> beam.Flatten(),
                            passed, "CheckedDeadLetters")
     _ = dead_letters | "WriteDeadLetters" >> beam.ParDo(WriteBundleFiles(

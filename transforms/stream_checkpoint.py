@@ -146,24 +146,23 @@ def claim_name(first: int) -> str:
     return f"from-{first:08d}.json"
 
 
+def _numbered(folder: str, prefix: str) -> List[int]:
+    """The steps N of the files `<prefix>N.json` in `folder`, sorted."""
+    found = []
+    for path in _listing(join(folder, f"{prefix}*.json")):
+        digits = path.rsplit("/", 1)[-1][len(prefix):-len(".json")]
+        if digits.isdigit():
+            found.append(int(digits))
+    return sorted(found)
+
+
 def continuation_claims(folder: str) -> List[int]:
     """The first steps of the continuations claimed in `folder`."""
-    firsts = []
-    for path in _listing(join(folder, "from-*.json")):
-        digits = path.rsplit("/", 1)[-1][len("from-"):-len(".json")]
-        if digits.isdigit():
-            firsts.append(int(digits))
-    return sorted(firsts)
+    return _numbered(folder, "from-")
 
 
 def checkpointed_steps(folder: str) -> List[int]:
-    steps = []
-    for path in _listing(join(folder, "keys-at-*.json")):
-        name = path.rsplit("/", 1)[-1]
-        digits = name[len("keys-at-"):-len(".json")]
-        if digits.isdigit():
-            steps.append(int(digits))
-    return sorted(steps)
+    return _numbered(folder, "keys-at-")
 
 
 def unit_states_at(config, folder: str, step: int, files: List[str],
