@@ -67,18 +67,22 @@ def _files(pattern: str):
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
-def dead_letters_by_reason(operator_folder: str) -> dict:
-    """Dead letters written under `operator_folder`, counted by the first words of their reason
-    (operator-only: they depend exactly on the input)."""
-    reasons = {}
+def dead_letters_by_code(operator_folder: str) -> dict:
+    """{"dead_letters": {code: count}, most first; "dead_letter_examples": {code: the first
+    reason's detail}} of the dead letters written under `operator_folder` (operator-only: they
+    depend exactly on the input). Codes: `transforms.streams.records.CODES`."""
+    counts, examples = {}, {}
     for path in _files(os.path.join(operator_folder, "dead_letters-*")):
         with FileSystems.open(path) as handle:
             for line in handle.read().decode("utf-8").splitlines():
                 if line.strip():
-                    reason = json.loads(line).get("reason", "")
-                    kind = reason.split(";")[0].split(":")[0][:60]
-                    reasons[kind] = reasons.get(kind, 0) + 1
-    return dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+                    letter = json.loads(line)
+                    code = letter.get("code", "invalid_record")
+                    counts[code] = counts.get(code, 0) + 1
+                    examples.setdefault(code, str(letter.get("reason", ""))[:300])
+    order = sorted(counts, key=lambda code: (-counts[code], code))
+    return {"dead_letters": {code: counts[code] for code in order},
+            "dead_letter_examples": {code: examples[code] for code in order}}
 
 
 class OutputStaging:
@@ -340,7 +344,7 @@ class CommitRun:
             write_text(os.path.join(staging.operator, "summary.json"), json.dumps(
                 {"release_id": release_id, "events_in_window": None, "truncated": None,
                  "truncation_counts": METRICS_NOTE,
-                 "dead_letters": dead_letters_by_reason(staging.operator)},
+                 **dead_letters_by_code(staging.operator)},
                 indent=2, sort_keys=True))
             durable.sync_files(_files(staging.public + "/*") + _files(staging.operator + "/*"))
             if self.private:

@@ -84,6 +84,14 @@ def parse_time(name, given) -> float:
          given)
 
 
+def _fraction(source: dict) -> float:
+    value = source.get("max_dead_letter_fraction", 0.5)
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0.0 <= value <= 1.0):
+        fail("input.max_dead_letter_fraction", "a number in [0, 1]", value)
+    return float(value)
+
+
 def resolve_path(path: str) -> str:
     if path.startswith(DEMO_PREFIX):
         return os.path.join(DEMO_DIR, path[len(DEMO_PREFIX):])
@@ -95,7 +103,8 @@ class InputSpec:
     """Where the events come from and how a record is read. `kind: files` (bounded: `path`,
     one batch release) or `pubsub` (unbounded: `subscription`, one JSON record per message;
     `timestamp_attribute`, optional, must agree with the record's time; `id_attribute`
-    deduplicates on Dataflow)."""
+    deduplicates on Dataflow). `max_dead_letter_fraction` (files: `pipelines.gate`): a run
+    whose input records are more than this fraction dead letters publishes nothing."""
     path: str
     format: str
     fields: Dict[str, str]            # role -> column
@@ -105,6 +114,7 @@ class InputSpec:
     subscription: Optional[str] = None
     timestamp_attribute: Optional[str] = None
     id_attribute: Optional[str] = None
+    max_dead_letter_fraction: float = 0.5
 
     @property
     def unbounded(self) -> bool:
@@ -287,7 +297,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
 
     source = _section(raw["input"], "input", ("kind", "path", "format", "fields", "types",
                                               "timestamp_format", "subscription",
-                                              "timestamp_attribute", "id_attribute"),
+                                              "timestamp_attribute", "id_attribute",
+                                              "max_dead_letter_fraction"),
                       ("fields",))
     source_kind = source.get("kind", "files")
     if source_kind not in ("files", "pubsub"):
@@ -300,6 +311,11 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      source[name])
         if not isinstance(source.get("path"), str) or not source["path"]:
             fail("input.path", "a non-empty path (or demo:<file>)", source.get("path"))
+        stream["max_dead_letter_fraction"] = _fraction(source)
+    elif "max_dead_letter_fraction" in source:
+        fail("input.max_dead_letter_fraction", "absent for input.kind 'pubsub' (a streaming "
+                                               "job publishes step by step)",
+             source["max_dead_letter_fraction"])
     default_format = "jsonl" if source_kind == "pubsub" else \
         os.path.splitext(source["path"])[1].lstrip(".")
     fmt = source.get("format", default_format)

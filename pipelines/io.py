@@ -10,6 +10,7 @@ the same events and dead letters as row by row, without a Beam element per row.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -24,7 +25,8 @@ from pipelines import config as job_config
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
 from transforms.messages import DEAD_LETTER, DEAD_LETTER_CHARS, dead_letter, dead_letter_record
-from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, is_id, is_text
+from transforms.secret import GCP_EXTRA
+from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
 from transforms.validation import BadText, fail, message
 
 SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
@@ -114,21 +116,24 @@ class ToElement(beam.DoFn):
 
     def process(self, row):
         job = self.job
+        code = "invalid_record"  # the code of the part being read when an error is raised
         try:
             if not isinstance(row, dict):
                 raise ValueError("a row must be an object with named fields")
             values = {}
             for role, column in job.input.fields.items():
                 if column not in row:
+                    code = "missing_field"
                     raise ValueError(f"missing field {column!r}")
                 kind = job.input.type_of(role)
+                code = "bad_timestamp" if role == "timestamp" else "bad_value"
                 values[role] = parse_cell(column, kind, row[column], job.input.timestamp_format)
                 if kind == "id" and role in UNIT_ROLES:
                     values[role] = canonical_unit(values[role])
         except BadText as error:
-            yield dead_letter(row, f"{BAD_TEXT}: {error}")
+            yield dead_letter(row, Reason(BAD_TEXT, f"{BAD_TEXT}: {error}"))
         except (ValueError, TypeError, ArithmeticError, RecursionError) as error:
-            yield dead_letter(row, f"{error}")
+            yield dead_letter(row, Reason(code, f"{error}"))
         else:
             seconds = values.pop("timestamp")
             yield TimestampedValue(registry.SPECS[job.transform].element(values), seconds)
@@ -145,6 +150,11 @@ def read_elements(pipeline, job: job_config.JobConfig):
     elements = rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
     return elements.elements, dead + [elements[DEAD_LETTER]]
+
+
+def unreadable_file(path: str, why) -> dict:
+    """The one dead letter of a Parquet file that cannot be read (its rows are not counted)."""
+    return dead_letter_record(path, Reason("unparseable", f"unreadable Parquet file: {why}"))
 
 
 def _fast_column(kind: str, column, timestamp_format: str):
@@ -276,7 +286,8 @@ def _python_rows(table, mapped=None):
             if unreadable:
                 cells = {name: cell_text(row.column(position))
                          for position, name in enumerate(row.column_names)}
-                yield dead_letter(cells, f"unreadable Parquet row: {str(failure)[:200]}")
+                yield dead_letter(cells, Reason("unparseable", f"unreadable Parquet row: "
+                                                             f"{str(failure)[:200]}"))
                 continue
         yield converted
 
@@ -292,7 +303,7 @@ def read_parquet_batches(pipeline, job: job_config.JobConfig):
     batches = tables | "ToEventBatches" >> beam.ParDo(_TableToBatch(job)).with_outputs(
         DEAD_LETTER, main="batches")
     dead = pipeline | "UnreadableFiles" >> beam.Create(
-        [dead_letter_record(path, f"unreadable Parquet file: {why}") for path, why in bad])
+        [unreadable_file(path, why) for path, why in bad])
     main = batches.batches
     main.element_type = EventBatch  # the transforms take it in place of elements
     return main, [dead, batches[DEAD_LETTER]]
@@ -351,7 +362,7 @@ def read_rows(pipeline, job: job_config.JobConfig):
         rows = (pipeline | "ParquetFiles" >> beam.Create(good)
                 | "ReadParquet" >> beam.io.ReadAllFromParquet())
         dead = pipeline | "UnreadableFiles" >> beam.Create(
-            [dead_letter_record(path, f"unreadable Parquet file: {why}") for path, why in bad])
+            [unreadable_file(path, why) for path, why in bad])
         return rows, [dead]
     if job.input.format == "jsonl":
         lines = pipeline | "ReadText" >> beam.io.ReadFromText(
@@ -405,13 +416,15 @@ class ParseJson(beam.DoFn):
             if not isinstance(row, dict):
                 raise ValueError("a JSON line must be an object")
         except (ValueError, RecursionError) as error:
-            yield dead_letter(line, f"invalid JSON line: {str(error)[:200]}")
+            yield dead_letter(line, Reason("unparseable",
+                                          f"invalid JSON line: {str(error)[:200]}"))
             return
         # escapes such as "\\ud800" decode to lone surrogates: no UTF-8 encoding exists, so
         # no coder or sink could carry the row (the line's raw bytes are valid UTF-8 here)
         found = _not_text(row) if "\\u" in text else None
         if found is not None:
-            yield dead_letter(line, f"{BAD_TEXT}: {message(found[0], TEXT_CONDITION, found[1])}")
+            detail = message(found[0], TEXT_CONDITION, found[1])
+            yield dead_letter(line, Reason(BAD_TEXT, f"{BAD_TEXT}: {detail}"))
         else:
             yield row
 
@@ -514,7 +527,7 @@ def _csv_record(raw, texts, size, undecodable, header, problem=None):
     record = b"".join(raw)
     record = record[:-2] if record.endswith(b"\r\n") else \
         record[:-1] if record.endswith(b"\n") else record
-    return dead_letter(record, f"invalid CSV line: {str(problem)[:200]}")
+    return dead_letter(record, Reason("unparseable", f"invalid CSV line: {str(problem)[:200]}"))
 
 
 def input_files(pattern: str):
@@ -571,10 +584,43 @@ def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:
                             "source, see docs/operations.md#streaming)", "--streaming")
 
 
-def preflight(job: job_config.JobConfig, local_runner: bool) -> None:
+# what a remote runner needs where the job is launched (the `[gcp]` extra): module -> package
+GCP_MODULES = {"google.cloud.storage": "google-cloud-storage", "apitools": "google-apitools"}
+SECRET_MODULE = ("google.cloud.secretmanager", "google-cloud-secret-manager")
+
+
+def remote_preflight(job: job_config.JobConfig, runner: str, paths=()) -> None:
+    """A remote runner's workers read and write only remote paths (gs://), and launching needs
+    the `[gcp]` extra: a local input, output or state path, or a missing module of the extra,
+    is a one-line error before anything starts. `paths`: more (name, path) the job writes."""
+    named = [("output.path", job.output.path), *paths]
+    if not job.input.unbounded:
+        named.insert(0, ("input.path", job.input.path))
+    for name, path in named:
+        if "://" not in path:
+            job_config.fail(name, f"a path every {runner} worker can reach (gs://my-bucket/...; "
+                                  f"a local path exists on this machine only)", path)
+    needed = dict(GCP_MODULES)
+    if job.secret.gcp_secret:
+        needed[SECRET_MODULE[0]] = SECRET_MODULE[1]
+    for module, package in needed.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            job_config.fail("--runner", f"launched where the [gcp] extra is installed "
+                                        f"({GCP_EXTRA}; {package} is missing)",
+                            runner)
+
+
+def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None) -> None:
     """Everything that can be checked before a pipeline starts, each failure a one-line error:
     the input matches readable files, the output folder is writable (local paths), and the
-    configured secret resolves (local runners: remote workers resolve their own)."""
+    configured secret resolves (local runners: remote workers resolve their own); a remote
+    `runner` first passes `remote_preflight`."""
+    if not local_runner:
+        remote_preflight(job, runner or "the remote runner")
     if job.input.unbounded:
         pass  # a subscription: its reader checks it when the job starts
     elif job.input.format == "csv":

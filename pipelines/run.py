@@ -27,7 +27,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import commit, io, logs, storage, stream
+from pipelines import commit, gate, io, logs, storage, stream
 from pipelines.checkpoints import read_json, write_text
 from transforms import registry
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
@@ -110,7 +110,11 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
     # records (one per public key and step) + dead letters
-    writes = io.write_records(result.records, job,
+    tallies = gate.input_tallies(pipeline, elements, dead, dead + [result.dead_letters])
+    records = gate.gated(result.records, tallies, job.input.max_dead_letter_fraction,
+                         "InputGate")
+    # the same records, once the input's dead letters passed the gate (else the job fails)
+    writes = io.write_records(records, job,
                               os.path.join(public_folder or job.public_path, "records"))
     # file names of the records, per format
     dead_letters = dead + [result.dead_letters]
@@ -165,9 +169,9 @@ def main(argv=None) -> int:
                 job_config.fail("--continue", "used with a streaming job (input.kind pubsub; "
                                               "a batch release continues with "
                                               "python3 -m pipelines.schedule)", "files")
-        io.preflight(job, runner in LOCAL_RUNNERS)
+        io.preflight(job, runner in LOCAL_RUNNERS, runner)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
     if not any(a.startswith("--runner") for a in beam_args):
         # Beam's local streaming runner reads Pub/Sub; FnApiRunner is the fast batch one
@@ -178,7 +182,7 @@ def main(argv=None) -> int:
             return run_stream(job, args, beam_args, runner in LOCAL_RUNNERS)
         return run_release(job, args, beam_args)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
         line = storage.storage_error(error, [job.output.path])
@@ -196,7 +200,7 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         try:
             transform = build_transform(job, secret)
         except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
         staging = commit.OutputStaging(job)  # finishes or removes what killed runs left
         pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
@@ -255,7 +259,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
             else:
                 transform = build_transform(job, secret, checkpoint=checkpoint)
         except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
         manifest = dict(release_manifest(transform), input=io.input_binding(job))
         pipeline = beam.Pipeline(options=options)
@@ -437,7 +441,7 @@ def operator_summary(result, operator_folder: str) -> dict:
             "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
                           if k.startswith("truncated_by_")},
             "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
-            "dead_letters": commit.dead_letters_by_reason(operator_folder)}
+            **commit.dead_letters_by_code(operator_folder)}
 
 
 def describe(summary: dict) -> str:
@@ -453,6 +457,10 @@ def describe(summary: dict) -> str:
     parts.append(f"{sum(dead.values())} dead letters"
                  + (f" ({'; '.join(f'{k}: {v}' for k, v in list(dead.items())[:4])})"
                     if dead else ""))
+    examples = summary.get("dead_letter_examples") or {}
+    if examples:
+        code = next(iter(examples))
+        parts.append(f"e.g. {code}: {examples[code][:120]}")
     return ", ".join(parts)
 
 

@@ -56,7 +56,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import io, logs, storage
+from pipelines import gate, io, logs, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
                                    ConcurrentRun, check_ledger, create_if_absent,
@@ -103,12 +103,19 @@ def build(pipeline, job, transform, released, complete, previous, folder, listed
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
     # records of the window's steps + dead letters + the new unit and key states
+    tallies = gate.input_tallies(pipeline, elements, dead, dead + [result.dead_letters])
+    limit = job.input.max_dead_letter_fraction
+    records, unit_states, key_states = (
+        gate.gated(pcoll, tallies, limit, f"InputGate{name}") for name, pcoll in (
+            ("Records", result.records), ("UnitStates", result.unit_states),
+            ("KeyStates", result.key_states)))
+    # the same, once the input's dead letters passed the gate (else the run fails)
     dead_letters = dead + [result.dead_letters] | "DeadLetters" >> beam.Flatten()
     if passed is not None:  # the transform's outputs wait for the claim already
         dead_letters = guarded(dead_letters, passed, "CheckedDeadLetters")
-    return [result.records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records")),
-            write_states(result.unit_states, "UnitStates", folder, "units"),
-            write_states(result.key_states, "KeyStates", folder, "keys"),
+    return [records | "StoreRecords" >> WriteRecordsToJsonLines(join(folder, "records")),
+            write_states(unit_states, "UnitStates", folder, "units"),
+            write_states(key_states, "KeyStates", folder, "keys"),
             dead_letters | "StoreDeadLetters" >> WriteRecordsToJsonLines(
                 join(folder, "dead_letters"))], passed
 
@@ -127,7 +134,10 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
     io.check_bounded_options(beam_args, job)
-    io.preflight(job, job_run.runner_of(list(beam_args)) in job_run.LOCAL_RUNNERS)
+    runner = job_run.runner_of(list(beam_args))
+    if runner not in job_run.LOCAL_RUNNERS:  # its workers write the checkpoints too
+        io.remote_preflight(job, runner, [("--state-dir", state_dir)])
+    io.preflight(job, runner in job_run.LOCAL_RUNNERS, runner)
     remove_torn_markers(state_dir)  # empty markers of a version before atomic creation
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)
     secret_fingerprint = secret.fingerprint()
@@ -418,10 +428,10 @@ def main(argv=None) -> int:
         now = job_config.parse_time("now", args.now) if args.now else time.time()
         summary = run_once(args.config, args.state_dir, now, beam_args)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
     except ConcurrentRun as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 3
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
         line = storage.storage_error(error, _written_folders(args.config, args.state_dir))

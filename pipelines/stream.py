@@ -49,6 +49,7 @@ from transforms.durable import create_if_absent
 from transforms.messages import DEAD_LETTER, METRICS, dead_letter
 from transforms.messages import StepWindow
 from transforms.step_files import StepCheckpoint, WriteStepFiles, publish_step, step_name
+from transforms.streams.records import Reason
 from transforms.validation import fail
 
 HEARTBEAT = "heartbeat"  # a message attribute: the message is not an event
@@ -105,14 +106,15 @@ class ParseMessage(beam.DoFn):
             if not message.data:
                 self.heartbeats.inc()
                 return
-            yield dead_letter(message.data, "bad message: a heartbeat with data")
+            yield dead_letter(message.data, Reason("bad_message",
+                                                     "bad message: a heartbeat with data"))
             return
         stamped = None
         if self.attribute is not None:
             try:
                 stamped = attribute_seconds(self.attribute, attributes.get(self.attribute))
             except ValueError as error:
-                yield dead_letter(message.data, f"bad message: {error}")
+                yield dead_letter(message.data, Reason("bad_message", f"bad message: {error}"))
                 return
         for row in self.parse.process(message.data):
             if stamped is not None and isinstance(row, dict) and self.field in row:
@@ -122,9 +124,10 @@ class ParseMessage(beam.DoFn):
                 except ValueError:
                     seconds = None  # the record's own error: ToElement dead-letters it
                 if seconds is not None and abs(seconds - stamped) >= 0.001:
-                    yield dead_letter(row, f"bad message: its attribute {self.attribute!r} "
-                                           f"({stamped!r}) and its {self.field!r} "
-                                           f"({seconds!r}) are not the same time")
+                    yield dead_letter(row, Reason(
+                        "bad_message", f"bad message: its attribute {self.attribute!r} "
+                                       f"({stamped!r}) and its {self.field!r} ({seconds!r}) "
+                                       f"are not the same time"))
                     continue
             yield row
 
@@ -353,7 +356,7 @@ def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: in
             "release_delay_steps": delay_steps,
             "seconds_after_step_end": {"max": max(lags, default=None),
                                        "last": lags[-1] if lags else None},
-            "dead_letters": commit.dead_letters_by_reason(job.operator_path)}
+            **commit.dead_letters_by_code(job.operator_path)}
 
 
 def step_line(job: job_config.JobConfig, status: dict) -> str:

@@ -31,7 +31,8 @@ def job(tmp_path, transform, fields, timestamp_format="iso", types=None, bounds=
     config = {
         "job": "t", "transform": transform,
         "input": {"path": str(tmp_path / "*.parquet"), "format": "parquet", "fields": fields,
-                  "timestamp_format": timestamp_format, **({"types": types} if types else {})},
+                  "timestamp_format": timestamp_format, "max_dead_letter_fraction": 1.0,
+                  **({"types": types} if types else {})},
         "steps": {"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600, "horizon": 6},
         "privacy": {"epsilon": 1.0}, "bounds": bounds or {"max_contributions": 3},
         "public_keys": list(keys), "output": {"path": str(tmp_path / "out"),

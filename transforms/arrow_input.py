@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from transforms.assign import AssignStepsFn
 from transforms.messages import KEYED, dead_letter
+from transforms.streams.records import Reason
 from transforms.validation import fail
 
 UNITS_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
@@ -169,7 +170,8 @@ def event_batch(table, fields: Mapping[str, str], timestamp: str, timestamp_unit
         rows = python_rows(table)
         return EventBatch(shape, {role: pa.array([]) for role in flat_roles(shape)},
                           np.zeros(0, np.int64),
-                          dead=[(row, f"missing field {missing[0]!r}") for row in rows])
+                          dead=[(row, Reason("missing_field", f"missing field {missing[0]!r}"))
+                                for row in rows])
     columns = {}
     for role in flat_roles(shape):
         column = named_column(table, fields[role])
@@ -186,8 +188,9 @@ def event_batch(table, fields: Mapping[str, str], timestamp: str, timestamp_unit
     whole = EventBatch(shape, columns, np.zeros(len(bad), dtype=np.int64))
     rows = np.flatnonzero(bad)
     raw = python_cells(named_column(table, timestamp).take(pa.array(rows, type=pa.int64())))
-    dead = [(element, f"`{timestamp}` must be a finite time within Beam's range; got "
-                      f"{value!r}") for element, value in zip(whole.elements(rows), raw)]
+    dead = [(element, Reason("bad_timestamp", f"`{timestamp}` must be a finite time within "
+                                              f"Beam's range; got {value!r}"))
+            for element, value in zip(whole.elements(rows), raw)]
     keep = np.flatnonzero(~bad)
     out = whole.take(keep)
     out.micros = beam_micros(seconds[keep]) if len(keep) else np.zeros(0, np.int64)

@@ -16,6 +16,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms.messages import (END_OF_GLOBAL, GLOBAL_WINDOWS, KEYED, METRICS, StepWindow,
                                  dead_letter)
 from transforms.steps import TimeSteps
+from transforms.streams.records import Reason
 from transforms.streams.units import Problem
 
 
@@ -89,9 +90,10 @@ class AssignStepsFn(PerUnitPacks, beam.DoFn):
         seconds = float(micros) / 1e6
         step = self.steps.step_of(seconds)
         if step is None:
-            return dead_letter(element, f"event time {self.steps.iso(seconds)} is outside the "
-                                        f"horizon [{self.steps.iso(self.steps.origin)}, "
-                                        f"{self.steps.iso(self.steps.stop)})")
+            return dead_letter(element, Reason(
+                "outside_horizon", f"event time {self.steps.iso(seconds)} is outside the horizon "
+                                   f"[{self.steps.iso(self.steps.origin)}, "
+                                   f"{self.steps.iso(self.steps.stop)})"))
         if step < self.window.first:  # released by an earlier run: skipped (the source
             self._released += 1       # holds history), not a dead letter each
             return None

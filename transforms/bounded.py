@@ -36,6 +36,7 @@ from transforms.messages import (DEAD_LETTER, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY
                                  MICRO, UNIT_STATES, Released, StageOutput, StepWindow,
                                  add_exact, count_dropped, dead_letter, empty)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
+from transforms.streams.records import Reason
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
@@ -131,7 +132,7 @@ class _TruncateUnitsFn(beam.DoFn):
                 acc = sums[key] = KeySums.new()
             KeySums.add(acc, step, value)
         if run.halt is not None:
-            yield dead_letter(unit, run.halt.reason)
+            yield dead_letter(unit, Reason("bound_violation", run.halt.reason))
             acc = sums.get(unit)
             if acc is None:
                 acc = sums[unit] = KeySums.new()

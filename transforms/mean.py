@@ -51,8 +51,6 @@ _FORWARDED = ("steps", "public_keys", "confidence", "secret", "seed", "insecure"
               "allowed_lateness_seconds",
               "max_state_bytes_per_key", "noise_version")
 _CACHED_CURVES = 1 << 10
-EXACT_TOTALS = "exact totals"  # the release stage's dead letters (a part's key halted)
-LATE = "late"  # a streaming stage's lateness decisions (`AssignSteps`, the release)
 
 
 class _MeanPart(ContinualBase):
@@ -255,9 +253,8 @@ def _count_own(dead: dict):
     unbounded input, its own lateness decisions (each part's stages decide them on their own
     timing), marked as the count part's. Its input dead letters (parsing, the horizon) are
     the sum part's too: same parse, same steps."""
-    reason = str(dead.get("reason", ""))
-    if reason.startswith((EXACT_TOTALS, LATE)):
-        yield dict(dead, reason=f"count part: {reason}")
+    if dead.get("code") in ("exact_totals", "late"):
+        yield dict(dead, reason=f"count part: {dead.get('reason', '')}")
 
 
 def _untag(kv, part):

@@ -18,6 +18,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.steps import TimeSteps
+from transforms.streams.records import code_of
 
 DEAD_LETTER = "dead_letter"
 UNIT_STATES = "unit_states"
@@ -171,15 +172,16 @@ def writable(text: str) -> str:
 
 
 def dead_letter_record(record, reason: str) -> dict:
-    """{"record": its repr (at most 1 KiB), "size": the repr's full length, "reason" (at most
-    1 KiB)}: both always writable, whatever the record (a repr that fails or recurses too deep
-    shows the record's type; text that is not Unicode is escaped)."""
+    """{"record": its repr (at most 1 KiB), "size": the repr's full length, "code": the reason's
+    stable code (`streams.records.CODES`), "reason": the detail (at most 1 KiB)}: always
+    writable, whatever the record (a repr that fails or recurses too deep shows the record's
+    type; text that is not Unicode is escaped)."""
     try:
         text = repr(record)
     except Exception as error:  # noqa: BLE001 (a bad record's own repr failing: no crash)
         text = f"<{type(record).__name__} whose repr fails: {type(error).__name__}>"
     text = writable(text)
-    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text),
+    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text), "code": code_of(reason),
             "reason": writable(str(reason))[:DEAD_LETTER_CHARS]}
 
 

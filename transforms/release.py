@@ -21,6 +21,7 @@ from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, NOISE_KIN
                                         counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
 from transforms.steps import TimeSteps
+from transforms.streams.records import Reason
 from transforms.validation import fail
 
 
@@ -374,10 +375,10 @@ class RecordMaker:
     @staticmethod
     def limit_reason(key, step: int) -> str:
         """The dead letter's reason of a key halted by the exact-totals limit."""
-        return (f"exact totals: key {key_text(key)!r} halts at step {step}: its step total, "
-                f"running total or released value would reach {EXACT_LIMIT_TEXT} in magnitude "
-                f"(float64 adds integers exactly only below it); no record for this step or "
-                f"later")
+        return Reason("exact_totals", (
+            f"exact totals: key {key_text(key)!r} halts at step {step}: its step total, "
+            f"running total or released value would reach {EXACT_LIMIT_TEXT} in magnitude "
+            f"(float64 adds integers exactly only below it); no record for this step or later"))
 
     def streamer(self, key):
         """`for_key(key)`, kept for the next call (bounded: a streaming release steps each key

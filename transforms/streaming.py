@@ -34,6 +34,7 @@ from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, ST
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
+from transforms.streams.records import Reason
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
@@ -151,7 +152,8 @@ class TruncateStreamingFn(beam.DoFn):
         done, earliest, held = _NOTHING_BUFFERED if current is None else current
         if step < done:
             yield dead_letter((unit, event[PAYLOAD]),
-                              f"late: step {step} of this unit was already processed")
+                              Reason("late", f"late: step {step} of this unit was already "
+                                             f"processed"))
             return
         if type(event) is not tuple:
             event = tuple(event)
@@ -234,7 +236,7 @@ class TruncateStreamingFn(beam.DoFn):
             if bagged:
                 buffer.clear()
             if run.halt is not None:
-                yield dead_letter(key, run.halt.reason)
+                yield dead_letter(key, Reason("bound_violation", run.halt.reason))
                 yield TimestampedValue(((key, run.halt.step), Delta(halt=True)),
                                        stamp(run.halt.step))
                 # nothing more from this unit
@@ -402,8 +404,8 @@ class ReleaseStreamingFn(beam.DoFn):
             if self.late is not None:
                 self.late.inc()
             yield dead_letter((key, step, message.value),
-                              f"late: step {step} of key {key_text(key)!r} was "
-                              f"already released")
+                              Reason("late", f"late: step {step} of key {key_text(key)!r} was "
+                                             f"already released"))
             return
         if halted is not None and step >= halted:  # never released (the key halted): not kept
             return

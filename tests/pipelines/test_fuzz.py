@@ -137,6 +137,7 @@ def write_input(folder, fmt, rows, columns, bad_lines=()):
 def run_job(tmp_path, name, config_name, fmt, path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", config_name)))
     config["input"]["path"], config["input"]["format"] = path, fmt
+    config["input"]["max_dead_letter_fraction"] = 1.0  # more bad rows than good (test_gate)
     config["output"] = {"path": str(tmp_path / name), "formats": ["jsonl"]}
     config["secret"] = {"seed": 7, "insecure": True}
     config_path = tmp_path / f"{name}.yaml"
@@ -226,7 +227,9 @@ def role_of_column(transform, column):
 
 def fuzz_config(transform, fmt="jsonl", path="unused", out="unused"):
     return {"job": f"fuzz-{transform.replace('_', '-')}", "transform": transform,
-            "input": {"path": path, "format": fmt, "fields": FIELDS[transform]},
+            "input": {"path": path, "format": fmt, "fields": FIELDS[transform],
+                      # more bad rows than good: every one a dead letter (the gate: test_gate)
+                      "max_dead_letter_fraction": 1.0},
             "steps": {"origin": ORIGIN, "size_seconds": 3600, "horizon": HORIZON},
             "privacy": {"rho": 0.5}, "bounds": BOUNDS[transform], "public_keys": KEYS,
             "secret": {"seed": 11, "insecure": True},

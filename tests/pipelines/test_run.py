@@ -21,6 +21,7 @@ def test_demo_job_writes_every_key_and_step(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"]["path"] = str(tmp_path)
     config["steps"]["horizon"] = 12
+    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
@@ -152,6 +153,7 @@ def active_users_12_hours(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 12
+    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -257,6 +259,7 @@ def test_a_mean_run_says_its_parts_errors_and_the_means_error_per_count(tmp_path
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 6
+    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "mean.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path), "--json"]) == 0
@@ -267,3 +270,34 @@ def test_a_mean_run_says_its_parts_errors_and_the_means_error_per_count(tmp_path
     assert public["se_times_count"] == pytest.approx(planned["mean_se_times_count"], rel=1e-12)
     assert public["part_max_se"]["count"] == pytest.approx(
         planned["parts"]["count"]["recommended"]["max_se"], rel=1e-12)
+
+
+def test_a_remote_runner_is_refused_local_paths_and_a_missing_gcp_extra_in_one_line(
+        tmp_path, capsys, monkeypatch):
+    """The documented Dataflow command (docs/operations.md#dataflow) with its example config,
+    and the bundled config with a secret: each one line, exit 2, before anything starts."""
+    import importlib.util
+    dataflow = ["--runner", "DataflowRunner", "--project", "my-project", "--region",
+                "europe-west1", "--temp_location", "gs://my-bucket/tmp", "--setup_file",
+                "./setup.py"]
+    monkeypatch.setenv("DP_TEST_SECRET", "ab" * 32)
+    local = _config(tmp_path, secret={"env": "DP_TEST_SECRET"})
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(local))
+    assert job_run.main(["--config", str(path), *dataflow]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`input.path` must be a path every DataflowRunner worker " \
+                                    "can reach" in err, err
+    local["input"]["path"] = "gs://my-bucket/events/*.jsonl"
+    path.write_text(yaml.safe_dump(local))
+    assert job_run.main(["--config", str(path), *dataflow]) == 2
+    err = capsys.readouterr().err
+    assert "`output.path` must be a path every DataflowRunner worker can reach" in err, err
+    if importlib.util.find_spec("google.cloud.storage") is None:  # this machine: no [gcp]
+        example = os.path.join(ROOT, "configs", "dataflow", "active_users.yaml")
+        assert job_run.main(["--config", example, *dataflow]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "`--runner` must be launched where the [gcp] extra is " \
+                                        "installed" in err and "Traceback" not in err, err
+    docs = open(os.path.join(ROOT, "docs", "operations.md")).read()
+    assert "--config configs/dataflow/active_users.yaml" in docs

@@ -24,6 +24,7 @@ def write_config(tmp_path, name="cart_items.yaml", **changes):
     config["output"]["path"] = str(tmp_path / "out")
     config["output"]["formats"] = ["jsonl"]
     config["steps"]["horizon"] = 12
+    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     config["secret"] = {"seed": 2026, "insecure": True}  # reproducible: schedule == run
     for section, value in changes.items():
         config[section] = value
@@ -345,7 +346,7 @@ def _numeric_ids_config(tmp_path, fmt, types=None, secret=None, mixed=False):
 
 @pytest.mark.parametrize("first,second,field", [
     ({"fmt": "csv"}, {"fmt": "jsonl"}, "input.format"),
-    ({"fmt": "jsonl", "types": {"unit": "str"}}, {"fmt": "jsonl", "types": {"unit": "int"}},
+    ({"fmt": "jsonl", "types": {"unit": "int"}}, {"fmt": "jsonl", "types": {"unit": "id"}},
      "input.types"),
     ({"fmt": "jsonl"}, {"fmt": "jsonl", "types": {"unit": "int"}}, "input.types"),
 ])

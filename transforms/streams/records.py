@@ -2,7 +2,7 @@
 
 Time steps are t = 0..T-1. An update inserts (`+`) or deletes (`-`) an item or an undirected edge
 at a step. Malformed records are never raised mid-stream and never dropped silently: they come
-back as DeadLetter(record, reason).
+back as DeadLetter(record, reason), the reason a `Reason`: its text with a stable code (`CODES`).
 """
 from __future__ import annotations
 
@@ -14,10 +14,69 @@ INSERT, DELETE = "+", "-"
 OPS = (INSERT, DELETE)
 
 
+# Stable dead-letter codes: summaries count by code, the reason's text gives the detail.
+# INPUT_CODES are records that are not well-formed for this job (the garbage gate counts them).
+CODES = {
+    "unparseable": "a line or row that its format cannot read (JSON, CSV, Parquet)",
+    "bad_text": "text that is not Unicode (a lone surrogate)",
+    "missing_field": "a row without a mapped field",
+    "bad_timestamp": "a time that is missing, unreadable or not finite",
+    "bad_value": "a mapped field whose value has the wrong type or is not finite",
+    "invalid_record": "an element of the wrong shape, an invalid id, op or edge",
+    "outside_horizon": "an event time outside the release's steps",
+    "bad_message": "a Pub/Sub message without a readable timestamp attribute, or a heartbeat "
+                   "with data",
+    "late": "an event of a step already processed or released (streaming)",
+    "bound_violation": "a unit's update breaking a declared bound: the unit halts (fail closed)",
+    "exact_totals": "a key whose exact total would reach 2^53: the key halts (fail closed)",
+}
+INPUT_CODES = frozenset(("unparseable", "bad_text", "missing_field", "bad_timestamp",
+                         "bad_value", "invalid_record", "outside_horizon", "bad_message"))
+
+
+class Reason(str):
+    """A dead letter's reason: its text (the detail, a str as before) with its stable `code`.
+
+    >>> reason = Reason("outside_horizon", "event time 2026-03-08T00:00:00Z is outside ...")
+    >>> reason.code, reason.startswith("event time")
+    ('outside_horizon', True)
+    """
+
+    def __new__(cls, code: str, detail: str):
+        if code not in CODES:
+            raise ValueError(f"`code` must be one of {sorted(CODES)}; got {code!r}.")
+        text = super().__new__(cls, detail)
+        text.code = code
+        return text
+
+    def __reduce__(self):
+        return Reason, (self.code, str(self))
+
+
+def _invalid(detail: str) -> Reason:
+    return Reason("invalid_record", detail)
+
+
+def _step_reason(step, horizon: int) -> Reason:
+    """An integer step outside [0, T) is `outside_horizon`; any other step is invalid."""
+    integer = isinstance(step, numbers.Integral) and not isinstance(step, bool)
+    return Reason("outside_horizon" if integer else "invalid_record",
+                  f"step must be an integer in [0, {horizon}); got {step!r}")
+
+
+def code_of(reason) -> str:
+    """The stable code of a reason; a plain text (an error's message) is `invalid_record`."""
+    return getattr(reason, "code", "invalid_record")
+
+
 @dataclasses.dataclass(frozen=True)
 class DeadLetter:
     record: Any
     reason: str
+
+    @property
+    def code(self) -> str:
+        return code_of(self.reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +136,7 @@ def canonical(value) -> tuple:
 
 ID_INT_LIMIT = 10 ** 1000  # int ids have at most 1,000 digits (any int prints, hashes, encodes)
 ID_DEPTH = 16  # tuple ids nest at most this deep ((graph, node) is 1)
-BAD_TEXT = "bad_text"  # the reason code of a dead letter holding text that is not Unicode
+BAD_TEXT = "bad_text"  # the code of a dead letter holding text that is not Unicode
 TEXT_CONDITION = "valid Unicode text (no lone surrogates)"
 
 
@@ -119,10 +178,12 @@ def shown(value, limit: int = 200) -> str:
 def not_id_reason(what: str, given) -> str:
     """Why `given` is not an id, as a dead-letter reason ("unit id", "key", "item id")."""
     if isinstance(given, str) and given and not is_text(given):
-        return f"{BAD_TEXT}: {what} must be {TEXT_CONDITION}; got {shown(given)}"
+        return Reason(BAD_TEXT, f"{BAD_TEXT}: {what} must be {TEXT_CONDITION}; got "
+                                f"{shown(given)}")
     if isinstance(given, int) and not isinstance(given, bool):
-        return f"{what} must be a non-empty str or int of at most 1,000 digits"
-    return f"{what} must be a non-empty str or int"
+        return Reason("invalid_record", f"{what} must be a non-empty str or int of at most "
+                                        f"1,000 digits")
+    return Reason("invalid_record", f"{what} must be a non-empty str or int")
 
 
 def canonical_edge(a, b) -> tuple:
@@ -146,27 +207,29 @@ def validate_update(record: Any, horizon: int, *, edge: bool) -> Tuple[Optional[
     an edge is stored with its endpoints sorted, so (a, b) and (b, a) are the same edge.
     """
     if not isinstance(record, (tuple, list)) or len(record) not in (3, 4):
-        return None, DeadLetter(record, "record must be (step, op, entity) or "
-                                        "(step, op, entity, key)")
+        return None, DeadLetter(record, _invalid("record must be (step, op, entity) or "
+                                                  "(step, op, entity, key)"))
     step, op, entity = record[0], record[1], record[2]
     key = record[3] if len(record) == 4 else None
     if not _is_step(step, horizon):
-        return None, DeadLetter(record, f"step must be an integer in [0, {horizon}); got {step!r}")
+        return None, DeadLetter(record, _step_reason(step, horizon))
     if op not in OPS:
-        return None, DeadLetter(record, f"op must be '+' or '-'; got {op!r}")
+        return None, DeadLetter(record, _invalid(f"op must be '+' or '-'; got {op!r}"))
     if edge:
         if not isinstance(entity, (tuple, list)) or len(entity) != 2:
-            return None, DeadLetter(record, f"edge must be a pair (a, b); got {entity!r}")
+            return None, DeadLetter(record, _invalid(f"edge must be a pair (a, b); got "
+                                                      f"{entity!r}"))
         a, b = entity
         if not (is_id(a) and is_id(b)):
-            return None, DeadLetter(record, "edge endpoints must be non-empty str or int ids")
+            return None, DeadLetter(record, _invalid("edge endpoints must be non-empty str or "
+                                                      "int ids"))
         if a == b:
-            return None, DeadLetter(record, f"self-loop ({a!r}, {b!r}) is not an edge")
+            return None, DeadLetter(record, _invalid(f"self-loop ({a!r}, {b!r}) is not an edge"))
         entity = canonical_edge(a, b)
     elif not is_id(entity):
-        return None, DeadLetter(record, "item id must be a non-empty str or int")
+        return None, DeadLetter(record, _invalid("item id must be a non-empty str or int"))
     if key is not None and not is_id(key):
-        return None, DeadLetter(record, "key must be a non-empty str or int")
+        return None, DeadLetter(record, _invalid("key must be a non-empty str or int"))
     return (step, op, entity, key), None
 
 
@@ -175,16 +238,17 @@ def validate_event(record: Any, horizon: int, *, with_value: bool):
     size = 4 if with_value else 3
     if not isinstance(record, (tuple, list)) or len(record) != size:
         shape = "(step, unit, key, value)" if with_value else "(step, unit, key)"
-        return None, DeadLetter(record, f"record must be {shape}")
+        return None, DeadLetter(record, _invalid(f"record must be {shape}"))
     step, unit, key = record[0], record[1], record[2]
     value = record[3] if with_value else 1
     if not _is_step(step, horizon):
-        return None, DeadLetter(record, f"step must be an integer in [0, {horizon}); got {step!r}")
+        return None, DeadLetter(record, _step_reason(step, horizon))
     if not is_id(unit):
-        return None, DeadLetter(record, "unit id must be a non-empty str or int")
+        return None, DeadLetter(record, _invalid("unit id must be a non-empty str or int"))
     if not is_id(key):
-        return None, DeadLetter(record, "key must be a non-empty str or int")
+        return None, DeadLetter(record, _invalid("key must be a non-empty str or int"))
     if (isinstance(value, bool) or not isinstance(value, numbers.Real)
             or value != value or value in (float("inf"), float("-inf"))):
-        return None, DeadLetter(record, f"value must be a finite number; got {value!r}")
+        return None, DeadLetter(record, Reason("bad_value", f"value must be a finite number; got "
+                                                            f"{value!r}"))
     return (step, unit, key, float(value) if with_value else 1), None

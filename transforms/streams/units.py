@@ -27,7 +27,7 @@ from transforms.mechanisms.base import EXACT_LIMIT, EXACT_LIMIT_TEXT
 from .count import KEY_CAP, ContributionBounds, UnitState, truncate_step
 from .entity import EntityCardinality
 from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
-from .records import (ID_INT_LIMIT, OPS, Declaration, canonical, canonical_edge, is_id,
+from .records import (ID_INT_LIMIT, OPS, Declaration, Reason, canonical, canonical_edge, is_id,
                       is_text, not_id_reason, shown)
 
 _LIMIT = float(EXACT_LIMIT)  # exact totals: integer sums below it are exact in float64
@@ -269,7 +269,8 @@ class CountProblem(Problem):
         if self.with_value:
             value = element[2]
             if not _finite_number(value):
-                return None, f"value must be a finite number; got {shown(value)}"
+                return None, Reason("bad_value", f"value must be a finite number; got "
+                                                 f"{shown(value)}")
             if self.value_grid is not None:
                 clamped = min(max(float(value), 0.0), self.max_value)
                 value = math.floor(clamped / self.value_grid + 0.5)
@@ -526,8 +527,8 @@ class DeclaredProblem(Problem):
         if not is_id(key):
             return None, not_id_reason("key", key)
         if not _finite_number(value) or abs(value) > 2 ** 53:
-            return None, (f"value must be a finite number with |value| <= 2^53; got "
-                          f"{shown(value)}")
+            return None, Reason("bad_value", f"value must be a finite number with |value| <= "
+                                             f"2^53; got {shown(value)}")
         if self.integers and value != math.floor(value):
             return None, (f"value must be an integer with discrete noise (the declared set "
                           f"S_(D,k) is integer); got {value!r}")
