@@ -33,7 +33,7 @@ MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
-       "public_keys_file", "mechanism", "confidence", "secret", "output")
+       "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
 DEMO_PREFIX = "demo:"
 DEMO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_data")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -208,6 +208,7 @@ class JobConfig:
     confidence: float
     secret: SecretSpec
     output: OutputSpec
+    postprocess: Optional[str] = None  # "nonnegative": running totals clamped at 0
 
     @property
     def operator_path(self) -> str:
@@ -440,6 +441,10 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
              f"an integer >= {MIN_STATE_BYTES_PER_KEY} (bytes of state per key; every tree "
              f"mechanism keeps {MIN_STATE_BYTES_PER_KEY})", state_budget)
 
+    postprocess = raw.get("postprocess")
+    if postprocess not in (None, "nonnegative") or (postprocess and transform == "mean"):
+        fail("postprocess", "absent, or 'nonnegative' (not for transform mean, whose values "
+                            "are clamped already)", postprocess)
     confidence = raw.get("confidence", 0.95)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
             0 < confidence < 1):
@@ -481,7 +486,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),
-                     OutputSpec(output["path"], tuple(formats)))
+                     OutputSpec(output["path"], tuple(formats)), postprocess)
 
 
 def _pubsub_input(source) -> dict:

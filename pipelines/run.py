@@ -84,6 +84,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
         kwargs["noise_version"] = noise_version
     if checkpoint is not None:  # a streaming release that can be continued
         kwargs["checkpoint"] = checkpoint
+    if job.postprocess is not None:
+        kwargs["postprocess"] = job.postprocess
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys

@@ -61,9 +61,14 @@ def test_zero_noise_count_equals_reference_and_every_public_key_gets_every_step(
         assert totals[key] == np.cumsum(expected.stream(key)).tolist()
     assert totals["latam"] == [0.0] * STEPS.horizon
     record = records[0]
-    assert set(record) == {"key", "step", "window_start", "window_end", "value", "stddev",
-                           "ci_low", "ci_high", "confidence", "mechanism", "mechanism_params",
-                           "epsilon", "delta", "rho", "release_id", "private", "noise"}
+    from transforms.sinks import COLUMNS
+    assert set(record) == set(COLUMNS) and COLUMNS == [
+        "key", "step", "window_start", "window_end", "value", "stddev", "ci_low", "ci_high",
+        "step_value", "step_stddev", "step_ci_low", "step_ci_high", "confidence", "mechanism",
+        "mechanism_params", "epsilon", "delta", "rho", "release_id", "private", "noise"]
+    for key in ("eu", "us", "latam"):  # zero noise: the step's own value is the step's total
+        mine = sorted((r for r in records if r["key"] == key), key=lambda r: r["step"])
+        assert [r["step_value"] for r in mine] == pytest.approx(expected.stream(key), abs=1e-9)
     assert record["noise"] == "discrete_gaussian" and record["private"] is False
     assert record["mechanism"] == "sqrt_toeplitz"  # zCDP: the discrete square root
     assert record["rho"] == 0.5 and record["confidence"] == 0.95
@@ -149,11 +154,11 @@ def test_bundle_failing_on_its_first_attempt_does_not_change_records(tmp_path, m
     flag = tmp_path / "failed-once"
     original = RecordMaker.record
 
-    def flaky(self, key, step, value):
+    def flaky(self, key, step, value, previous):
         if step == 3 and not flag.exists():
             flag.write_text("x")
             raise RuntimeError("injected failure on the first attempt")
-        return original(self, key, step, value)
+        return original(self, key, step, value, previous)
 
     monkeypatch.setattr(RecordMaker, "record", flaky)
     retried, _ = run(noisy_count(), events, mode="streaming", steps=STEPS)
@@ -444,3 +449,41 @@ def test_a_release_configuration_without_its_noise_version_is_refused(version):
                                               r"\(a release configuration built by code "
                                               r"before noise versions has none.*; got None\.$"):
         config.build()
+
+
+def test_postprocess_nonnegative_clamps_running_totals_and_intervals_only():
+    """With every node's noise -3 the small totals release negative values: `nonnegative`
+    gives max(value, 0) and the clamped interval, leaves the step's own value as released,
+    and is bound to the release (its descriptor)."""
+    from transforms.mechanisms import ConstantNoiseSource
+    from transforms.release import NoNoise
+
+    class MinusThree(NoNoise):  # every node's noise -3 (picklable: module-level base)
+        def noise_source(self, release=b"", version=None):
+            return ConstantNoiseSource(-3.0)
+
+    rng = np.random.default_rng(5)
+    events = random_count_events(rng, n=30)
+
+    def release(**extra):
+        transform = ContinualCount(steps=STEPS, public_keys=["eu", "us", "latam"], epsilon=1.0,
+                                   max_contributions=3, noise_source=MinusThree(),
+                                   insecure=True, mechanism="binary_tree", **extra)
+        records, _ = run(transform, events)
+        return transform, {(r["key"], r["step"]): r for r in records}
+
+    plain_transform, plain = release()
+    clamped_transform, clamped = release(postprocess="nonnegative")
+    assert any(r["value"] < 0 for r in plain.values())  # the case this option exists for
+    for at, raw in plain.items():
+        mine = clamped[at]
+        assert mine["value"] == max(raw["value"], 0)
+        assert (mine["ci_low"], mine["ci_high"]) == (max(raw["ci_low"], 0),
+                                                     max(raw["ci_high"], 0))
+        assert mine["step_value"] == raw["step_value"] and mine["stddev"] == raw["stddev"]
+    assert clamped_transform.descriptor["postprocess"] == "nonnegative"
+    assert "postprocess" not in plain_transform.descriptor
+    assert clamped_transform.descriptor_digest != plain_transform.descriptor_digest
+    with pytest.raises(ValueError, match="`postprocess` must be None or 'nonnegative'"):
+        ContinualCount(steps=STEPS, public_keys=["eu"], epsilon=1.0, postprocess="clip",
+                       **ZERO)

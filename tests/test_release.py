@@ -67,6 +67,7 @@ REFUSED = {
     # the fixture's steps are of 3600 s, released one step late
     "allowed_lateness_seconds": [-1.0, 1800.1, 3600.0, 1e9, float("nan"), float("inf"), True,
                                  "1", None],
+    "nonnegative": [1, "True", None],
 }
 
 

@@ -421,8 +421,8 @@ def test_record_window_times_do_not_depend_on_the_step_type():
                                mechanism="binary_tree", secret=SecretRef(literal=b"x" * 16), insecure=True,
                                release_id="0123456789abcdef0123456789abcdef")
     maker = RecordMaker(transform.config)
-    maker.record("a", np.int64(4), 1.0)
-    record = maker.record("a", 5, 1.0)
+    maker.record("a", np.int64(4), 1.0, 0.0)
+    record = maker.record("a", 5, 1.0, 0.0)
     assert record["window_start"] == steps.iso(steps.start(5)) == \
         "1000000000300.0 s since the epoch"
 

@@ -218,7 +218,9 @@ class _ReleaseKeysFn(beam.DoFn):
             if over == 0 and not -EXACT_FLOAT < state.running_total < EXACT_FLOAT:  # (an old state's)
                 state = counter_state(stop, state.running_total)  # the steps only
                 x = x[:0]
-        outputs, state = maker.for_key(key).advance(state, x) if x.shape[0] else ((), state)
+        stream = maker.for_key(key)
+        previous = stream.last_output(state) if first else 0.0  # the release at first - 1
+        outputs, state = stream.advance(state, x) if x.shape[0] else ((), state)
         if maker.exact_totals:  # a released value reaching 2^53 halts the key too
             count = len(outputs) if halted is None else halted - first
             over = maker.exact_outputs(outputs, count)
@@ -230,7 +232,8 @@ class _ReleaseKeysFn(beam.DoFn):
             step = first + offset
             if halted is not None and step >= halted:
                 break
-            record = self.maker.record(key, step, float(value))
+            record = self.maker.record(key, step, float(value), previous)
+            previous = float(value)
             if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
                 yield WindowedValue(record, stamps[step], GLOBAL_WINDOWS)
             else:

@@ -52,6 +52,8 @@ from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProbl
 UNJOINED = "0" * 32  # the release id of a part until its composite gives it its own
 
 
+POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
+
 class ContinualResult(NamedTuple):
     """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
@@ -73,8 +75,13 @@ class ContinualBase(beam.PTransform):
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
                  label: Optional[str] = None, part_of: Optional[str] = None,
-                 checkpoint: Optional[str] = None):
+                 checkpoint: Optional[str] = None, postprocess: Optional[str] = None):
         super().__init__(label)
+        # opt-in post-processing of the running totals (bound to the release: descriptor)
+        if postprocess not in POSTPROCESS:
+            check.fail("postprocess", "None or 'nonnegative' (running totals and their "
+                                      "intervals clamped at 0)", postprocess)
+        self.postprocess = postprocess
         # a part of a composed release (`transforms.mean`): its composite claims, checks and
         # guards the release and gives it its release id (`join`)
         self.part_of = part_of
@@ -236,6 +243,8 @@ class ContinualBase(beam.PTransform):
                             "keys_per_unit": declaration.keys_per_unit,
                             "joint_mass": declaration.joint_mass},
             "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
+        if self.postprocess is not None:  # (absent otherwise: the digests of releases before)
+            self.descriptor["postprocess"] = self.postprocess
         digest = descriptor_digest(self.descriptor)
         if self.part_of is not None:
             self.release_id = self._given_release_id or UNJOINED  # until `join`
@@ -261,7 +270,8 @@ class ContinualBase(beam.PTransform):
             private=self.private, value_scale=self.value_scale, diagnostics=self.diagnostics,
             integer_values=resolved.integer_release,
             secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version,
-            allowed_lateness_seconds=self.allowed_lateness_seconds)
+            allowed_lateness_seconds=self.allowed_lateness_seconds,
+            nonnegative=self.postprocess == "nonnegative")
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,

@@ -100,6 +100,9 @@ class ContinualMean(ContinualBase):
                  max_contributions_per_step=None, max_keys_per_unit: int = 1,
                  value_resolution: Optional[float] = None, sum_share: Optional[float] = None,
                  mechanism="auto", mechanism_params=None, **kwargs):
+        if kwargs.get("postprocess") is not None:
+            check.fail("postprocess", "absent for a mean (its values are clamped to [0, "
+                                      "max_value] already)", kwargs["postprocess"])
         self.contribution_bounds = ContributionBounds(max_contributions,
                                                       max_contributions_per_step,
                                                       max_keys_per_unit)
@@ -303,7 +306,8 @@ class MeanRecords:
         params = {**self.base_params, "interval": f"fieller ({found.quality})"}
         record = dict(count_record)
         record.update(value=found.estimate, stddev=found.std_error, ci_low=found.low,
-                      ci_high=found.high, mechanism=self.mechanism,
+                      ci_high=found.high, step_value=None, step_stddev=None,
+                      step_ci_low=None, step_ci_high=None, mechanism=self.mechanism,
                       mechanism_params=json.dumps(params, sort_keys=True),
                       epsilon=self.budget.get("epsilon"), delta=self.budget.get("delta"),
                       rho=self.budget.get("rho"))

@@ -16,7 +16,7 @@ from typing import Any, Optional, Protocol, Tuple
 import numpy as np
 
 from transforms import validation as check
-from transforms.mechanisms import NAMES, make
+from transforms.mechanisms import NAMES, increments, make
 from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, NOISE_KINDS, CounterState,
                                         counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
@@ -159,6 +159,9 @@ class ReleaseConfig:
     # processed then; later events are `late` dead letters); at most half the release delay,
     # so a step's contributions are in before it is released
     allowed_lateness_seconds: float = 0.0
+    # `postprocess: nonnegative`: running totals and their intervals clamped at 0 (a count
+    # cannot be negative; post-processing, and the truth stays inside a clamped interval)
+    nonnegative: bool = False
 
     def __post_init__(self):
         """Refuse a field of the wrong type or value (fail closed: a worker builds the release
@@ -199,6 +202,7 @@ class ReleaseConfig:
         check.positive_finite("value_scale", self.value_scale)
         check.boolean("diagnostics", self.diagnostics)
         check.boolean("integer_values", self.integer_values)
+        check.boolean("nonnegative", self.nonnegative)
         if self.secret_fingerprint is not None and not _is_sha256_hex(self.secret_fingerprint):
             fail("secret_fingerprint", "None or 64 lowercase hex digits (a secret's "
                                        "`fingerprint()`)", self.secret_fingerprint)
@@ -265,6 +269,9 @@ class RecordMaker:
             self.mechanism.init_state(), CounterState)
         self.std = self.mechanism.noise_std()
         self.half = self.mechanism.confidence_half_width(config.confidence)
+        # the step's own value (this release minus the last): its exact law (`increments`)
+        self.step_std = np.sqrt(increments.increment_variance(self.mechanism))
+        self.step_half = increments.increment_half_width(self.mechanism, config.confidence)
         total = dict(config.total_privacy)
         self.template = {
             "confidence": config.confidence, "mechanism": config.mechanism,
@@ -391,24 +398,40 @@ class RecordMaker:
             found = streams[key] = self.for_key(key)
         return found
 
-    def record(self, key, step: int, value: float) -> dict:
-        """One public record. With discrete noise the released value and its interval are
-        exact integers (times the value grid of ContinualSum): `int(value)` of a float64
-        integer, which the release keeps below 2^53 in magnitude (`exact_totals`)."""
+    def last_output(self, key, sealed: bytes) -> float:
+        """The value `key` released at the last step of its sealed state (0.0 before the
+        first): `previous` of its next record, re-derived (`ContinualMechanism.last_output`)."""
+        return self.streamer(key).last_output(self.restore(key, sealed))
+
+    def record(self, key, step: int, value: float, previous: float) -> dict:
+        """One public record: the running total `value` and the step's own value, `value` -
+        `previous` (the key's release at step - 1, 0.0 at step 0), each with its exact stddev
+        and interval. With discrete noise the released values and intervals are exact integers
+        (times the value grid of ContinualSum): `int(value)` of a float64 integer, which the
+        release keeps below 2^53 in magnitude (`exact_totals`)."""
         entry = self._steps.get(step)
         if entry is None:
             entry = self._step_entry(step)
-        width, fields = entry
+        width, step_width, fields = entry
+        own = value - previous  # exact: both are integers below 2^53 with discrete noise
         if self.config.integer_values:
-            value = int(value)
+            value, own = int(value), int(own)
         low, high, scale = value - width, value + width, self.config.value_scale
+        own_low, own_high = own - step_width, own + step_width
+        if self.config.nonnegative:  # the step's own value is left as released
+            zero = 0 if self.config.integer_values else 0.0
+            value, low, high = max(value, zero), max(low, zero), max(high, zero)
         if scale != 1.0:
             value, low, high = value * scale, low * scale, high * scale
+            own, own_low, own_high = own * scale, own_low * scale, own_high * scale
         record = fields.copy()  # the step's fields, in the record's key order
         record["key"] = key_text(key)
         record["value"] = value
         record["ci_low"] = low
         record["ci_high"] = high
+        record["step_value"] = own
+        record["step_ci_low"] = own_low
+        record["step_ci_high"] = own_high
         return record
 
     def _iso(self, seconds: float) -> str:
@@ -429,14 +452,18 @@ class RecordMaker:
         ci_high, then the release's fields), cached, bounded by _CACHED_KEYS steps."""
         config, steps = self.config, self.config.steps
         width, deviation = float(self.half[step]), float(self.std[step])
+        step_width, step_deviation = float(self.step_half[step]), float(self.step_std[step])
         if config.integer_values:
-            width = int(width)
+            width, step_width = int(width), int(step_width)
         if config.value_scale != 1.0:
             deviation = deviation * config.value_scale
+            step_deviation = step_deviation * config.value_scale
         if len(self._steps) >= _CACHED_KEYS:
             self._steps.clear()
         fields = {"key": None, "step": step, "window_start": self._iso(steps.start(step)),
                   "window_end": self._iso(steps.end(step)), "value": None,
-                  "stddev": deviation, "ci_low": None, "ci_high": None, **self.template}
-        entry = self._steps[step] = (width, fields)
+                  "stddev": deviation, "ci_low": None, "ci_high": None,
+                  "step_value": None, "step_stddev": step_deviation, "step_ci_low": None,
+                  "step_ci_high": None, **self.template}
+        entry = self._steps[step] = (width, step_width, fields)
         return entry

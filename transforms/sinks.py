@@ -23,7 +23,9 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 RECORD_FIELDS = [
     ("key", pa.string()), ("step", pa.int64()), ("window_start", TIMESTAMP),
     ("window_end", TIMESTAMP), ("value", pa.float64()), ("stddev", pa.float64()),
-    ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("confidence", pa.float64()),
+    ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("step_value", pa.float64()),
+    ("step_stddev", pa.float64()), ("step_ci_low", pa.float64()),
+    ("step_ci_high", pa.float64()), ("confidence", pa.float64()),
     ("mechanism", pa.string()), ("mechanism_params", pa.string()), ("epsilon", pa.float64()),
     ("delta", pa.float64()), ("rho", pa.float64()), ("release_id", pa.string()),
     ("private", pa.bool_()), ("noise", pa.string())]

@@ -454,6 +454,7 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"layout); releasing again from step 0 would repeat its noise "
                                f"on other data")
         maker, horizon, step = self.maker, self.config.steps.horizon, released
+        previous = None  # the key's release at step - 1, derived once it is needed
         # a step is due when the watermark passed its release time, and never before the wall
         # clock did: a drain moves the watermark to the end of time, which must not release
         # the steps still to come (with no data) and seal the release early
@@ -463,13 +464,17 @@ class ReleaseStreamingFn(beam.DoFn):
             times = self._step_times(step)
             if times[2] > due:
                 break
+            before = sealed
             out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
             if out is None:  # exact totals: the key halts at this step (fail closed)
                 stop = step
                 records.append(dead_letter(key, maker.limit_reason(key, step)))
                 break
+            if previous is None:  # from the state before this step (checked by step_sealed)
+                previous = maker.last_output(key, before) if step else 0.0
             pending.pop(step, None)  # only once the state passed its checks
-            record = maker.record(key, step, float(out))
+            record = maker.record(key, step, float(out), previous)
+            previous = float(out)
             records.append(TimestampedValue(record, times[0]))
             if self.checkpointed:  # with its record: one element per key and step to checkpoint
                 records.append(beam.pvalue.TaggedOutput(KEY_STATES, TimestampedValue(

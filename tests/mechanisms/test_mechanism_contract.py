@@ -67,7 +67,6 @@ class TestSmoothBinaryPruned(MechanismContract):
 class TestSqrtToeplitz(MechanismContract):
     NAME, NOISE = "sqrt_toeplitz", "float"
     EXACT_FACTORS = False
-    EXACT_LAPLACE_CI = False  # weighted Laplace sum: conservative Chernoff interval
 
 
 class TestNaiveComposition(MechanismContract):
@@ -76,13 +75,12 @@ class TestNaiveComposition(MechanismContract):
 
 class TestInputPerturbation(MechanismContract):
     NAME = "input_perturbation"
-    EXACT_LAPLACE_CI = False  # beyond 64 terms the Laplace interval is the Chernoff bound
 
 
 # Continuous float noise (the opt-in `noise="float"`): the same contract (the factors do not
 # depend on the noise, so fewer horizons). The float path differs from the discrete one only in
 # the node draw and the final scaling, shared by all mechanisms: the binary tree (trees), input
-# perturbation (Chernoff intervals) and the square root above cover it.
+# perturbation (long equal-weight sums) and the square root above cover it.
 class FloatContract(MechanismContract):
     NOISE = "float"
     HORIZONS = [1, 2, 7, 100, 513]
@@ -94,16 +92,14 @@ class TestBinaryTreeFloat(FloatContract):
 
 class TestInputPerturbationFloat(FloatContract):
     NAME = "input_perturbation"
-    EXACT_LAPLACE_CI = False
 
 
 class TestBlt(MechanismContract):
     """Buffered linear Toeplitz (float noise only): factors agree with A to rounding, and the
-    Laplace interval of its weighted sum is the conservative Chernoff bound."""
+    Laplace interval of its weighted sum is exact (`tails`: inversion)."""
     NAME, NOISE = "blt", "float"
     HORIZONS = [1, 2, 3, 7, 100, 513]
     EXACT_FACTORS = False
-    EXACT_LAPLACE_CI = False
 
 
 class TestBltMean(TestBlt):

@@ -79,6 +79,11 @@ CASES = [
     (("output", "formats"), ["xlsx"], r"^`output.formats` must be a non-empty list of "
                                       r"'parquet', 'jsonl', 'csv'"),
     (("output",), {}, r"^`output.path` must be given; got None\.$"),
+    (("postprocess",), "clip", r"^`postprocess` must be absent, or 'nonnegative'"),
+    (("input", "max_dead_letter_fraction"), 1.5,
+     r"^`input.max_dead_letter_fraction` must be a number in \[0, 1\]; got 1\.5\.$"),
+    (("input", "max_dead_letter_fraction"), True,
+     r"^`input.max_dead_letter_fraction` must be a number in \[0, 1\]"),
 ]
 
 

@@ -400,6 +400,25 @@ class ContinualMechanism(abc.ABC):
         out, new_state = self.advance(state, [value])
         return float(out[0]), new_state
 
+    def last_output(self, state) -> float:
+        """The value released at the state's last step (`state.steps` - 1; 0.0 before the
+        first), re-derived from the noise seam with `advance`'s own operations (running total
+        + noise, or + node_scale * noise): the same float, so a step's own value (this
+        release minus the last) needs no stored value.
+
+        >>> from transforms.mechanisms import make
+        >>> m = make("binary_tree", 8, epsilon=1.0, seed=3)
+        >>> out, state = m.advance(m.init_state(), [2.0, 0.0, 5.0])
+        >>> bool(m.last_output(state) == out[-1])
+        True
+        """
+        if state.steps == 0:
+            return 0.0
+        noise = self._unit_noise(state.steps - 1, 1)[0]
+        if not self.discrete:
+            noise = self.node_scale * noise
+        return float(state.running_total + noise)
+
     def step_counter(self, steps, running_total, value) -> Optional[Tuple[float, float]]:
         """`step` of CounterState(steps, running_total) on Python floats: (noisy running
         total, the new running total), or None where `step` goes through `advance` instead.
@@ -477,44 +496,46 @@ class ContinualMechanism(abc.ABC):
 
     def confidence_half_width(self, level: float = 0.95, simultaneous: bool = False
                               ) -> np.ndarray:
-        """Half-width c_t with P(|noise_t| > c_t) <= 1 - level at every step t.
+        """Half-width c_t with P(|noise_t| > c_t) <= 1 - level at every step t: the exact
+        quantile of the step's noise law (`tails.step_quantiles`: Gil-Pelaez inversion, its
+        numerical error bounds added to the tail, so coverage is in [level, level + 2e-10];
+        integer sums: the smallest integer that covers; the discrete square root: at most two
+        grid units wider). Cached per (level, simultaneous); returns a copy.
 
         With `simultaneous`, all T steps are covered at once with probability >= level
         (Bonferroni over the T steps).
         """
         level = check.open_unit_interval("level", level)
         check.boolean("simultaneous", simultaneous)
-        alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
-        variance = self.noise_variance()
-        if self.discrete:
-            return self._discrete_half_width(alpha, variance)
-        if self.distribution == GAUSSIAN:
-            return tails.gaussian_quantile(alpha) * np.sqrt(variance)
-        terms = self._equal_weight_terms()
-        if terms is None:
-            half = tails.laplace_chernoff_half_width(variance, self.node_scale, alpha)
-        else:
-            half = self.node_scale * tails.laplace_equal_weights_chernoff(terms, alpha)
-            for n in np.unique(terms):
-                if 0 < n <= tails.EXACT_LAPLACE_TERMS:
-                    half[terms == n] = self.node_scale * tails.laplace_sum_quantile(int(n), alpha)
-        half[variance == 0] = 0.0
-        return half
+        key = ("half_width", level, simultaneous)
+        if key not in self._cache:
+            alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
+            node, factor = self._noise_node()
+            half = factor * tails.step_quantiles(node, alpha, **self._noise_rows())
+            half[self.noise_variance() == 0] = 0.0
+            self._cache[key] = half
+        return self._cache[key].copy()
 
-    def _discrete_half_width(self, alpha: float, variance: np.ndarray) -> np.ndarray:
-        """Sums of n i.i.d. discrete nodes (every discrete mechanism has weights +-1): exact
-        quantiles of the n-fold convolution for n <= 64, the exact-MGF Chernoff bound beyond."""
+    def _noise_node(self) -> Tuple["tails.NodeLaw", float]:
+        """The law of one node's noise z and the factor the release applies to L z: the
+        discrete sampler's law (factor 1), or the continuous Laplace / Gaussian of scale
+        `node_scale` (factor 1)."""
+        if self.discrete:
+            return tails.node_law(self.sampler.kind, self.sampler.parameter), 1.0
+        return tails.node_law(self.distribution, self.node_scale), 1.0
+
+    def _noise_rows(self) -> dict:
+        """How step t's noise combines the nodes (`tails.step_quantiles`): {"counts": n_t}
+        when every |L[t, i]| is 1 (`_equal_weight_terms`), else {"coefficients": l} for a
+        Toeplitz L whose row t is l_{t-1}, ..., l_0 (`left_coefficients`)."""
         terms = self._equal_weight_terms()
-        if terms is None:
-            raise AssertionError("discrete noise needs equal-weight (+-1) left factors")
-        sampler = self.sampler
-        half = tails.discrete_equal_weights_chernoff(sampler, terms, alpha)
-        for n in np.unique(terms):
-            if 0 < n <= tails.EXACT_LAPLACE_TERMS:
-                half[terms == n] = discrete.equal_weight_quantile(
-                    sampler.kind, sampler.parameter, int(n), alpha)
-        half[variance == 0] = 0.0
-        return half
+        if terms is not None:
+            return {"counts": terms}
+        left = getattr(self, "left_coefficients", None)
+        if left is None:
+            raise AssertionError("a left factor with unequal weights must be Toeplitz "
+                                 "(`left_coefficients`)")
+        return {"coefficients": left()}
 
     def confidence_interval(self, released, level: float = 0.95, simultaneous: bool = False
                             ) -> Tuple[np.ndarray, np.ndarray]:

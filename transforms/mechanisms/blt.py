@@ -48,8 +48,6 @@ import numpy as np
 from transforms import validation as check
 from . import sensitivity
 from .base import ContinualMechanism
-from .privacy import GAUSSIAN
-from . import tails
 
 DEFAULT_BUFFERS = 6
 MAX_BUFFERS = 8
@@ -348,16 +346,6 @@ class BufferedToeplitz(ContinualMechanism):
 
     def _equal_weight_terms(self):
         return None
-
-    def confidence_half_width(self, level: float = 0.95, simultaneous: bool = False):
-        if self.distribution == GAUSSIAN:
-            return super().confidence_half_width(level, simultaneous)
-        level = check.open_unit_interval("level", level)
-        check.boolean("simultaneous", simultaneous)
-        alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
-        largest = np.maximum.accumulate(np.abs(self.left_coefficients()))
-        return tails.laplace_chernoff_half_width(self.noise_variance(),
-                                                 self.node_scale * largest, alpha)
 
     # ----- streaming noise -----------------------------------------------------------------------
     def _run(self, entry, z: np.ndarray):

@@ -18,7 +18,7 @@ import numpy as np
 import math
 
 from transforms import validation as check
-from . import sensitivity
+from . import sensitivity, tails
 from .base import ContinualMechanism, HistoryState
 from .privacy import GAUSSIAN
 from .noise import stream_bytes
@@ -245,16 +245,13 @@ class SqrtToeplitz(ToeplitzMechanism):
         variance = super().node_variance
         return variance * self.grid ** 2 if self.discrete else variance
 
-    def confidence_half_width(self, level: float = 0.95, simultaneous: bool = False):
+    def _noise_node(self):
+        """Discrete noise: the release is g L~ z (plus the data part), so the node law is the
+        discrete Gaussian of the sampler and the factor the grid g; L~'s weights are not
+        integers (`tails`: the smoothed inversion, exact to two grid units)."""
         if not self.discrete:
-            return super().confidence_half_width(level, simultaneous)
-        level = check.open_unit_interval("level", level)
-        check.boolean("simultaneous", simultaneous)
-        alpha = (1.0 - level) / (self.horizon if simultaneous else 1)
-        # discrete Gaussian nodes are sigma-subgaussian (CKS20): a weighted sum is
-        # (sigma^2 g^2 sum w^2)-subgaussian
-        proxy = self.sampler.parameter * self.grid ** 2 * self._squared_weights()
-        return np.sqrt(2.0 * proxy * math.log(2.0 / alpha))
+            return super()._noise_node()
+        return tails.node_law(self.sampler.kind, self.sampler.parameter), self.grid
 
     # ----- discrete release --------------------------------------------------------------------
     def init_state(self):
@@ -329,6 +326,15 @@ class SqrtToeplitz(ToeplitzMechanism):
         new_state = HistoryState(start + count, tuple(inputs.tolist()),
                                  tuple(rounded.tolist()))
         return self.grid * out, new_state
+
+    def last_output(self, state):
+        if not self.discrete:
+            return super().last_output(state)
+        if state.steps == 0:
+            return 0.0
+        last = state.steps - 1  # the last step again, from the history before it (count 1)
+        before = HistoryState(last, state.inputs[:last], state.rounded[:last])
+        return float(self.advance(before, [float(state.inputs[last])])[0][0])
 
     def _reversed_left(self) -> np.ndarray:
         if "reversed_left" not in self._cache:
