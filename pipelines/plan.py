@@ -4,8 +4,21 @@ privacy budget and contribution bounds, and the recommendation.
     python3 -m pipelines.plan --horizon T (--epsilon E | --rho R | --epsilon E --delta d)
         [--max-contributions k] [--interval-bound D] [--max-keys-per-unit m [--split]]
         [--metric max|mean] [--noise discrete|float] [--max-state-bytes-per-key B]
-        [--top N] [--json]
+        [--value-resolution g] [--top N] [--json]
     python3 -m pipelines.plan ... --mean-max-value V [--value-resolution g] [--sum-share w]
+    python3 -m pipelines.plan --config job.yaml [--top N] [--json]
+
+--config plans the job exactly as `pipelines.run` would run it: it builds the job's transform
+(no secret, no data) and plans each stream it releases with the arguments of the plan command
+the job prints (`plan_arguments`: the same calibration, bounds, keys per unit, noise, state
+budget and, for a mean, budget split), then says which mechanism the job runs (the configured
+one, or `auto`'s pick: the recommendation) and its MaxSE, the number the job prints. All other
+options but --top and --json come from the config and cannot be given with it.
+
+A sum with discrete noise declares its bounds in units of its value grid g (value_resolution,
+default max_value / 100): its plan command carries --value-resolution g, k and D are in grid
+units, and MaxSE and MeanSE are printed in the job's value units (times g), as the job prints
+them (the sensitivity stays in grid units).
 
 With m > 1 keys per unit, each row is calibrated as the release would be: jointly (a unit's k
 caps its total over all keys, as ContinualCount/ContinualSum declare: each key keeps the full
@@ -23,10 +36,12 @@ share and half the per-key state budget (a key holds one state per part; the sum
 value-grid units g, default V / 100 with discrete noise), and the mean's standard error times a
 key's count C at that mean.
 
-The `state` column is one key's sealed mechanism state at the end of the horizon (bytes of Beam
-state per key, and of each key's line in the scheduler's checkpoints, there about twice as
-hex); rows over the per-key state budget (--max-state-bytes-per-key, default 65536, as the
-transforms' `max_state_bytes_per_key`) are marked and never recommended.
+The `state` column is one key's sealed mechanism state at the end of the horizon: the 16-byte
+release/secret/key tag and the mechanism's state (bytes of Beam state per key, and of each
+key's line in the scheduler's checkpoints, there about twice as hex); --json gives the same
+number as `state_bytes` (and `state`, the column's text). Rows over the per-key state budget
+(--max-state-bytes-per-key, default 65536, as the transforms' `max_state_bytes_per_key`) are
+marked and never recommended.
 """
 from __future__ import annotations
 
@@ -36,6 +51,7 @@ import json
 import math
 import sys
 
+from pipelines.plan_command import COMMAND, plan_arguments
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, METRICS,
                                            MIN_STATE_BYTES_PER_KEY, memory_note)
 
@@ -81,33 +97,35 @@ def _positive_float(name, below_one=False):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python3 -m pipelines.plan", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--horizon", type=_positive_int("horizon"), required=True,
-                   help="T, the number of steps the release covers")
+    p.add_argument("--config",
+                   help="a job's YAML config (or demo:<job>): plan exactly what the job runs "
+                        "(every option but --top and --json comes from it)")
+    p.add_argument("--horizon", type=_positive_int("horizon"),
+                   help="T, the number of steps the release covers (required without --config)")
     p.add_argument("--epsilon", type=_positive_float("epsilon"),
                    help="pure DP budget of the whole release (or with --delta: approximate DP)")
     p.add_argument("--rho", type=_positive_float("rho"), help="zCDP budget of the whole release")
     p.add_argument("--delta", type=_positive_float("delta", below_one=True),
                    help="with --epsilon: (epsilon, delta)-DP through the Gaussian mechanism")
-    p.add_argument("--max-contributions", type=_positive_int("max-contributions"), default=1,
+    p.add_argument("--max-contributions", type=_positive_int("max-contributions"),
                    help="k: the l1 mass one unit adds to a key's difference stream (default 1)")
     p.add_argument("--interval-bound", type=_positive_int("interval-bound"), default=None,
                    help="D: the bound on any interval sum of that change (default k: all of a "
                         "unit's mass may fall in one interval, as in a count without a "
                         "per-step cap)")
-    p.add_argument("--max-keys-per-unit", type=_positive_int("max-keys-per-unit"), default=1,
+    p.add_argument("--max-keys-per-unit", type=_positive_int("max-keys-per-unit"),
                    help="m: keys one unit can change (default 1)")
     p.add_argument("--split", action="store_true",
                    help="with m > 1: budget / m per key (no cap across keys), instead of the "
                         "joint calibration of counts and sums")
-    p.add_argument("--metric", choices=METRICS, default="max",
+    p.add_argument("--metric", choices=METRICS,
                    help="sort and recommend by the largest (max, default) or the mean per-step "
                         "standard error")
-    p.add_argument("--noise", choices=("discrete", "float"), default="discrete",
+    p.add_argument("--noise", choices=("discrete", "float"),
                    help="discrete (default, secure) or float (opt-in; adds sqrt_toeplitz under "
                         "pure DP)")
     p.add_argument("--max-state-bytes-per-key",
                    type=_positive_int("max-state-bytes-per-key", MIN_STATE_BYTES_PER_KEY),
-                   default=DEFAULT_MAX_STATE_BYTES_PER_KEY,
                    help="B: the per-key state budget in bytes (default "
                         f"{DEFAULT_MAX_STATE_BYTES_PER_KEY}, as the transforms' "
                         "max_state_bytes_per_key); rows over it are marked and never "
@@ -117,15 +135,38 @@ def parser() -> argparse.ArgumentParser:
                    help="V: plan a ContinualMean of values clamped to [0, V] (k: events per "
                         "unit)")
     p.add_argument("--value-resolution", type=_positive_float("value-resolution"),
-                   help="g: the mean's value grid (default V / 100 with discrete noise)")
+                   help="g: with --mean-max-value, the mean's value grid (default V / 100 with "
+                        "discrete noise); without it, a sum's grid: k and D are in grid units "
+                        "and the errors are printed in value units (times g), as the sum job "
+                        "prints them")
     p.add_argument("--sum-share", type=_positive_float("sum-share", below_one=True),
                    help="the mean's sum part's share of the budget (default: the worst-case "
                         "optimum)")
     p.add_argument("--top", type=_positive_int("top"),
                    help="print only the N best rows (default: all)")
     p.add_argument("--json", action="store_true",
-                   help='print {"rows": [...], "recommended": {...}} instead of a table')
+                   help='print {"rows": [...], "recommended": {...}} instead of a table (with '
+                        '--config: {"streams": [...]}, each with the job\'s row in "runs")')
     return p
+
+
+# the options a config sets (`--config` takes none of them); None / False: not given
+CONFIG_SETS = ("horizon", "epsilon", "rho", "delta", "max_contributions", "interval_bound",
+               "max_keys_per_unit", "split", "metric", "noise", "max_state_bytes_per_key",
+               "mean_max_value", "value_resolution", "sum_share")
+DEFAULTS = {"max_contributions": 1, "max_keys_per_unit": 1, "metric": "max",
+            "noise": "discrete", "max_state_bytes_per_key": DEFAULT_MAX_STATE_BYTES_PER_KEY}
+
+
+def with_defaults(args):
+    """`args` with the defaults of the options left out (they are None when parsed, so that
+    `--config` can tell what was given)."""
+    if args.horizon is None:
+        raise _UsageError("`horizon` must be given (or --config job.yaml); got none.")
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
 NO_EFFECT = "either"
@@ -225,49 +266,181 @@ def _with(args, **changes):
     return copy
 
 
-def plan_mean(args, privacy: dict) -> int:
-    """`main` for --mean-max-value: the split, each part's recommendation, the mean's error."""
-    plan = mean_parts(args, privacy)
-    chosen = {}
-    for part, (part_args, part_privacy) in plan["parts"].items():
-        chosen[part] = calibrated_rows(part_args, part_privacy)[0]
-    grid = plan["grid"] or 1.0
+# ----- one released stream (a count, a sum, a distinct count, ...) -----------------------------
+@dataclasses.dataclass
+class StreamPlan:
+    """The table of one stream: its arguments, budget, the recommendation (`auto`'s pick) and
+    every candidate; `scale` turns the declaration's units into the job's value units (a sum's
+    grid g, else 1)."""
+    args: argparse.Namespace
+    privacy: dict
+    best: object
+    rows: list
+
+    @property
+    def scale(self) -> float:
+        return self.args.value_resolution or 1.0
+
+    @property
+    def key(self) -> str:
+        return "max_se" if self.args.metric == "max" else "mean_se"
+
+    def shown(self) -> list:
+        return distinct_rows(self.rows, self.key)[:self.args.top]
+
+    def find(self, name: str, params: dict):
+        """The table's row of `name` with exactly these parameters (None when not a
+        candidate)."""
+        return next((r for r in self.rows if r.mechanism == name and r.params == params), None)
+
+
+def plan_stream(args, privacy: dict) -> StreamPlan:
+    if args.interval_bound is None:  # never below what the job's count declares
+        args.interval_bound = args.max_contributions
+    if args.sum_share is not None:
+        raise _UsageError("`sum-share` must come with --mean-max-value; got it without it.")
+    if args.value_resolution is not None and args.noise == "float":
+        raise _UsageError(f"`value-resolution` must be left out with --noise float unless "
+                          f"with --mean-max-value (a sum has no grid then); got "
+                          f"{args.value_resolution}.")
+    best, rows = calibrated_rows(args, privacy)
+    return StreamPlan(args, privacy, best, rows)
+
+
+def row_json(row, budget: int, noise: str, scale: float = 1.0) -> dict:
+    """A row as --json prints it: MaxSE and MeanSE in value units (times a sum's grid), the
+    sensitivity in the declaration's units, the state as the table shows it (`state_bytes`, and
+    `state`: the column's text without the budget mark, `over_budget`)."""
+    data = row.row()
+    data.update(max_se=row.max_se * scale, mean_se=row.mean_se * scale,
+                state=state_text(row, noise), over_budget=row.state_bytes > budget)
+    return data
+
+
+def stream_json(plan: StreamPlan) -> dict:
+    args = plan.args
+    budget = args.max_state_bytes_per_key
+    return {"horizon": args.horizon, "privacy": plan.privacy,
+            "max_contributions": args.max_contributions,
+            "max_keys_per_unit": args.max_keys_per_unit,
+            "interval_bound": args.interval_bound, "metric": args.metric,
+            "max_state_bytes_per_key": budget, "value_resolution": args.value_resolution,
+            "rows": [row_json(r, budget, args.noise, plan.scale) for r in plan.shown()],
+            "recommended": row_json(plan.best, budget, args.noise, plan.scale)}
+
+
+def stream_text(plan: StreamPlan) -> str:
+    args, scale = plan.args, plan.scale
+    budget = args.max_state_bytes_per_key
+    spent = ", ".join(f"{k}={v}" for k, v in plan.privacy.items())
+    keys = ("" if args.max_keys_per_unit == 1 else
+            f", on at most {args.max_keys_per_unit} keys ("
+            + ("budget split over them" if args.split else
+               "k caps the total over them: joint calibration") + ")")
+    g = args.value_resolution
+    grid = ("" if g is None else
+            f"; a sum on the value grid g = {g:g}: D and k in grid units (k g = "
+            f"{args.max_contributions * g:g}), MaxSE and MeanSE in value units (times g), the "
+            f"sensitivity in grid units")
+    lines = [f"T = {args.horizon}, {spent}, one unit changes a key's difference stream by a "
+             f"vector of S_(D={args.interval_bound}, k={args.max_contributions}){keys}{grid}; "
+             f"sorted by {plan.key}:", "",
+             f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}"
+             f"  state"]
+    rows = plan.shown()
+    for r in rows:
+        params = params_text(r.params, skip=("prune",))
+        lines.append(f"{r.mechanism:<20}{params:<26}{r.max_se * scale:>11.3f}"
+                     f"{r.mean_se * scale:>11.3f}{r.sensitivity:>13.4f}  "
+                     f"{state_cell(r, budget, args.noise)}")
+    best = plan.best
+    shown = params_text(best.params)
+    lines += ["", f"Recommended ({args.metric} error): {best.mechanism}"
+              + (f" {shown}" if shown else "")
+              + f" (MaxSE {best.max_se * scale:.3f}, MeanSE {best.mean_se * scale:.3f})"]
+    over = sorted({r.mechanism for r in rows if r.state_bytes > budget})
+    if over:
+        lines.append(f"Not recommended, over the per-key state budget of {budget:,} B "
+                     f"(--max-state-bytes-per-key): {', '.join(over)}")
+    return "\n".join(lines)
+
+
+# ----- a ContinualMean: its split and both parts -----------------------------------------------
+@dataclasses.dataclass
+class MeanPlan:
+    """A mean's split and each part's table (`StreamPlan`, the sum part in value units)."""
+    args: argparse.Namespace
+    privacy: dict
+    split: dict
+    parts: dict
+
+    def times_count(self) -> float:
+        """`se_times_count` of the recommended parts."""
+        return se_times_count(self.parts["sum"].best.max_se * self.parts["sum"].scale,
+                              self.parts["count"].best.max_se, self.args.mean_max_value)
+
+
+def se_times_count(sum_se: float, count_se: float, max_value: float) -> float:
+    """The mean's standard error times a key's count C at the worst-case mean V (delta method:
+    sqrt(Vs + V^2 Vc)), of the parts' MaxSE (the sum's in value units)."""
+    return math.sqrt(sum_se ** 2 + max_value ** 2 * count_se ** 2)
+
+
+def plan_mean(args, privacy: dict) -> MeanPlan:
+    split = mean_parts(args, privacy)
+    parts = {}
+    for part, (part_args, part_privacy) in split["parts"].items():
+        part_args.value_resolution = split["grid"] if part == "sum" else None
+        part_args.top = args.top
+        parts[part] = StreamPlan(part_args, part_privacy, *calibrated_rows(part_args,
+                                                                           part_privacy))
+    return MeanPlan(args, privacy, split, parts)
+
+
+def mean_json(plan: MeanPlan) -> dict:
+    args, split = plan.args, plan.split
+    return {"horizon": args.horizon, "privacy": plan.privacy, "transform": "mean",
+            "max_contributions": args.max_contributions, "max_value": args.mean_max_value,
+            "value_resolution": split["grid"], "sum_share": split["sum_share"],
+            "split": split["split"],
+            "parts": {part: {"privacy": split["parts"][part][1],
+                             "recommended": row_json(p.best, p.args.max_state_bytes_per_key,
+                                                     p.args.noise, p.scale)}
+                      for part, p in plan.parts.items()},
+            "mean_se_times_count": plan.times_count()}
+
+
+def mean_text(plan: MeanPlan) -> str:
+    args, split = plan.args, plan.split
     value = args.mean_max_value
-    sum_se, count_se = chosen["sum"].max_se * grid, chosen["count"].max_se
-    # delta method: sd(S^ / C^) ~ sqrt(Vs + m^2 Vc) / C, at the worst-case mean m = V
-    times_count = math.sqrt(sum_se ** 2 + value ** 2 * count_se ** 2)
-    if args.json:
-        print(json.dumps({
-            "horizon": args.horizon, "privacy": privacy, "transform": "mean",
-            "max_contributions": args.max_contributions, "max_value": value,
-            "value_resolution": plan["grid"], "sum_share": plan["sum_share"],
-            "split": plan["split"],
-            "parts": {part: {"privacy": plan["parts"][part][1], "recommended": row.row()}
-                      for part, row in chosen.items()},
-            "mean_se_times_count": times_count}, indent=2))
-        return 0
-    spent = ", ".join(f"{k}={v}" for k, v in privacy.items())
-    print(f"ContinualMean, T = {args.horizon}, {spent}, at most {args.max_contributions} events "
-          f"per unit, values clamped to [0, {value:g}]"
-          + (f" on a grid of {plan['grid']:g}" if plan["grid"] else "") + ":")
-    print(f"  budget split: sum part {plan['sum_share']:.4g}, count part "
-          f"{1 - plan['sum_share']:.4g} ({plan['split']})")
-    for part, row in chosen.items():
-        shown = params_text(row.params)
+    spent = ", ".join(f"{k}={v}" for k, v in plan.privacy.items())
+    lines = [f"ContinualMean, T = {args.horizon}, {spent}, at most {args.max_contributions} "
+             f"events per unit, values clamped to [0, {value:g}]"
+             + (f" on a grid of {split['grid']:g}" if split["grid"] else "") + ":",
+             f"  budget split: sum part {split['sum_share']:.4g}, count part "
+             f"{1 - split['sum_share']:.4g} ({split['split']})"]
+    for part, p in plan.parts.items():
+        row = p.best
         unit = " (values)" if part == "sum" else ""
-        scale = grid if part == "sum" else 1.0
-        budget = ", ".join(f"{k}={v:g}" for k, v in plan["parts"][part][1].items())
-        print(f"  {part} part at {budget}: {row.mechanism} {shown}, MaxSE "
-              f"{row.max_se * scale:.3f}{unit}")
-    print(f"  the mean's standard error at the worst-case mean {value:g}: about "
-          f"{times_count:.3f} / C for a key whose count is C (delta method)")
-    return 0
+        budget = ", ".join(f"{k}={v:g}" for k, v in split["parts"][part][1].items())
+        lines.append(f"  {part} part at {budget}: {row.mechanism} {params_text(row.params)}, "
+                     f"MaxSE {row.max_se * p.scale:.3f}{unit}")
+    times_count = plan.times_count()
+    lines.append(f"  the mean's standard error at the worst-case mean {value:g}: about "
+                 f"{times_count:.3f} / C for a key whose count is C (delta method)")
+    return "\n".join(lines)
+
+
+def state_text(row, noise: str) -> str:
+    """One key's sealed state as the `state` column shows it: bytes, and what else the
+    mechanism holds."""
+    note = memory_note(row.mechanism, noise)
+    return f"{row.state_bytes:,} B" + (f" ({note})" if note else "")
 
 
 def state_cell(row, budget: int, noise: str) -> str:
     """The `state` column: bytes per key, what else the mechanism holds, and the budget mark."""
-    note = memory_note(row.mechanism, noise)
-    text = f"{row.state_bytes:,} B" + (f" ({note})" if note else "")
+    text = state_text(row, noise)
     return text + (f"  OVER the {budget:,} B budget" if row.state_bytes > budget else "")
 
 
@@ -278,58 +451,176 @@ def params_text(params: dict, skip=()) -> str:
                     if k not in skip and not isinstance(v, list))
 
 
+def plan_of(args):
+    """The plan of the given options: a `MeanPlan` with --mean-max-value, else a
+    `StreamPlan`."""
+    with_defaults(args)
+    privacy = privacy_from(args)
+    if args.horizon > 1 << 24:
+        raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
+    if args.mean_max_value is not None:
+        return plan_mean(args, privacy)
+    return plan_stream(args, privacy)
+
+
+# ----- --config: the job's own streams ---------------------------------------------------------
+
+
+def job_transform(path: str):
+    """(the job, its transform) as `pipelines.run` builds it, with zero noise and no secret
+    (`pipelines.report.true_totals` builds it so too): its calibration, bounds and mechanism
+    are the job's."""
+    import logging
+
+    from pipelines import config as job_config
+    from pipelines import run as job_run
+    from transforms.release import NoNoise
+    job = job_config.load(path)
+    job = job.replace(secret=job_config.SecretSpec(insecure=True))
+    quiet = logging.getLogger("transforms")  # no release is made: no fixed-seed warning
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return job, job_run.build_transform(job, noise_source=NoNoise())
+    finally:
+        quiet.setLevel(level)
+
+
+def own_row(release) -> dict:
+    """The row of what `release` (a transform, or a mean's part) runs, from its own mechanism
+    with zero noise, for a configured mechanism that is no candidate of the table."""
+    from transforms.mechanisms import ConstantNoiseSource
+    mechanism = release.config.build(noise_source=ConstantNoiseSource(0.0))
+    return {"mechanism": release.config.mechanism, "params": dict(release.config.params),
+            "max_se": mechanism.max_se(), "mean_se": mechanism.mean_se(),
+            "sensitivity": mechanism.sensitivity, "calibration": release.calibration.kind,
+            "state_bytes": release.state_bytes_per_key}
+
+
+def runs_row(plan: StreamPlan, name: str, params: dict, chosen: str, release=None) -> dict:
+    """The job's row in value units: the table's row of (name, params), or (not a candidate)
+    the mechanism `release` runs."""
+    row = plan.find(name, params)
+    budget, noise = plan.args.max_state_bytes_per_key, plan.args.noise
+    if row is not None:
+        data = row_json(row, budget, noise, plan.scale)
+    elif release is not None:
+        data = own_row(release)
+        data.update(max_se=data["max_se"] * plan.scale, mean_se=data["mean_se"] * plan.scale,
+                    over_budget=data["state_bytes"] > budget,
+                    state=f"{data['state_bytes']:,} B")
+    else:
+        raise _UsageError(f"`mechanism` must be a candidate of the plan; got {name} {params}.")
+    data["chosen"] = chosen
+    return data
+
+
+def plan_config(args) -> dict:
+    """--config: each stream the job releases, planned with its `plan_arguments`, and the
+    row of the mechanism the job runs (`runs`, in value units: MaxSE is the job's)."""
+    given = [name for name in CONFIG_SETS if getattr(args, name) not in (None, False)]
+    if given:
+        raise _UsageError("`config` must be given without " + ", ".join(
+            "--" + name.replace("_", "-") for name in given) + " (the config sets them; only "
+            "--top and --json go with it); got " + " ".join(
+            "--" + name.replace("_", "-") for name in given) + ".")
+    job, transform = job_transform(args.config)
+    chosen = "auto" if job.mechanism.name == "auto" else "configured"
+    names, params = transform.resolved_mechanism
+    streams = []
+    for label, descriptor in transform.plan_declarations():
+        arguments = plan_arguments(descriptor, job.mechanism.max_state_bytes_per_key)
+        stream_args = parser().parse_args(arguments + (["--top", str(args.top)]
+                                                       if args.top else []))
+        plan = plan_of(stream_args)
+        if isinstance(plan, MeanPlan):
+            rows = {part: runs_row(p, names[part], params[part], chosen,
+                                   getattr(transform, "parts", {}).get(part))
+                    for part, p in plan.parts.items()}
+            runs = {"parts": rows, "chosen": chosen, "se_times_count": se_times_count(
+                rows["sum"]["max_se"], rows["count"]["max_se"], plan.args.mean_max_value)}
+        else:
+            runs = runs_row(plan, names, params, chosen, transform if not label else None)
+        streams.append({"label": label, "command": " ".join([COMMAND, *arguments]),
+                        "plan": plan, "runs": runs})
+    return {"config": args.config, "job": job.job, "transform": job.transform,
+            "mechanism": job.mechanism.name if chosen == "auto" else
+            {"name": job.mechanism.name, "params": job.mechanism.params},
+            "streams": streams}
+
+
+def config_json(planned: dict) -> dict:
+    streams = []
+    for stream in planned["streams"]:
+        plan = stream["plan"]
+        body = mean_json(plan) if isinstance(plan, MeanPlan) else stream_json(plan)
+        streams.append({"label": stream["label"], "command": stream["command"], **body,
+                        "runs": stream["runs"]})
+    return dict(planned, streams=streams)
+
+
+def _runs_text(runs: dict, scale_note: str) -> str:
+    shown = params_text(runs["params"])
+    why = "auto's pick: the recommendation" if runs["chosen"] == "auto" else "configured"
+    return (f"{runs['mechanism']}" + (f" {shown}" if shown else "")
+            + f" ({why}): MaxSE {runs['max_se']:.3f}, MeanSE {runs['mean_se']:.3f}"
+            f"{scale_note}, {runs['state_bytes']:,} B of state per key")
+
+
+def config_text(planned: dict) -> str:
+    mechanism = planned["mechanism"]
+    configured = mechanism if mechanism == "auto" else (
+        mechanism["name"] + (f" {json.dumps(mechanism['params'], sort_keys=True)}"
+                             if mechanism["params"] else ""))
+    out = [f"job {planned['job']} ({planned['config']}): {planned['transform']}, mechanism "
+           f"{configured}"]
+    for stream in planned["streams"]:
+        plan, runs = stream["plan"], stream["runs"]
+        label = f"{stream['label']}: " if stream["label"] else ""
+        out += [f"{label}the job's plan command (the same table): {stream['command']}", ""]
+        if isinstance(plan, MeanPlan):
+            out.append(mean_text(plan))
+            parts = runs["parts"]
+            grid = plan.split["grid"]
+            out += ["", "The job runs (its summary prints these MaxSE and the mean's error):"]
+            out += [f"  {part} part: " + _runs_text(row, "" if part == "count" else (
+                " in value units" + (f" (grid g = {grid:g})" if grid else "")))
+                for part, row in parts.items()]
+            out.append(f"  the mean's standard error about {runs['se_times_count']:.3f} / C for "
+                       f"a key whose count is C")
+            if runs["chosen"] == "configured":
+                out.append("auto would pick each part's recommendation above")
+            continue
+        out.append(stream_text(plan))
+        grid = plan.args.value_resolution
+        note = f" in value units (grid g = {grid:g})" if grid is not None else ""
+        out += ["", f"The job runs {_runs_text(runs, note)} (its summary prints this MaxSE)"]
+        if runs["chosen"] == "configured":
+            best = plan.best
+            out.append(f"auto would pick {best.mechanism} {params_text(best.params)} (MaxSE "
+                       f"{best.max_se * plan.scale:.3f})")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     try:
         args = parser().parse_args(argv)
-        privacy = privacy_from(args)
-        if args.horizon > 1 << 24:
-            raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
-        if args.mean_max_value is not None:
-            return plan_mean(args, privacy)
-        if args.interval_bound is None:  # never below what the job's count declares
-            args.interval_bound = args.max_contributions
-        if args.value_resolution is not None or args.sum_share is not None:
-            raise _UsageError("`value-resolution` and `sum-share` must come with "
-                              "--mean-max-value; got them without it.")
-        best, rows = calibrated_rows(args, privacy)
+        if args.config is not None:
+            planned = plan_config(args)
+            text = (json.dumps(config_json(planned), indent=2) if args.json
+                    else config_text(planned))
+        else:
+            plan = plan_of(args)
+            if isinstance(plan, MeanPlan):
+                text = json.dumps(mean_json(plan), indent=2) if args.json else mean_text(plan)
+            else:
+                text = (json.dumps(stream_json(plan), indent=2) if args.json
+                        else stream_text(plan))
     except (_UsageError, ValueError) as error:
         message = str(error)
         print(f"error: {message if message.endswith('.') else message + '.'}", file=sys.stderr)
         return 2
-    key = "max_se" if args.metric == "max" else "mean_se"
-    budget = args.max_state_bytes_per_key
-    rows = distinct_rows(rows, key)[:args.top]
-    if args.json:
-        print(json.dumps({"horizon": args.horizon, "privacy": privacy,
-                          "max_contributions": args.max_contributions,
-                          "max_keys_per_unit": args.max_keys_per_unit,
-                          "interval_bound": args.interval_bound, "metric": args.metric,
-                          "max_state_bytes_per_key": budget,
-                          "rows": [dict(r.row(), over_budget=r.state_bytes > budget)
-                                   for r in rows], "recommended": best.row()},
-                         indent=2))
-        return 0
-    spent = ", ".join(f"{k}={v}" for k, v in privacy.items())
-    keys = ("" if args.max_keys_per_unit == 1 else
-            f", on at most {args.max_keys_per_unit} keys ("
-            + ("budget split over them" if args.split else
-               "k caps the total over them: joint calibration") + ")")
-    print(f"T = {args.horizon}, {spent}, one unit changes a key's difference stream by a vector "
-          f"of S_(D={args.interval_bound}, k={args.max_contributions}){keys}; sorted by "
-          f"{key}:\n")
-    print(f"{'mechanism':<20}{'params':<26}{'MaxSE':>11}{'MeanSE':>11}{'sensitivity':>13}  state")
-    for r in rows:
-        params = params_text(r.params, skip=("prune",))
-        print(f"{r.mechanism:<20}{params:<26}{r.max_se:>11.3f}{r.mean_se:>11.3f}"
-              f"{r.sensitivity:>13.4f}  {state_cell(r, budget, args.noise)}")
-    shown = params_text(best.params)
-    print(f"\nRecommended ({args.metric} error): {best.mechanism}"
-          + (f" {shown}" if shown else "")
-          + f" (MaxSE {best.max_se:.3f}, MeanSE {best.mean_se:.3f})")
-    over = sorted({r.mechanism for r in rows if r.state_bytes > budget})
-    if over:
-        print(f"Not recommended, over the per-key state budget of {budget:,} B "
-              f"(--max-state-bytes-per-key): {', '.join(over)}")
+    print(text)
     return 0
 
 

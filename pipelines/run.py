@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -225,7 +226,7 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         job_config.fail("output", f"this run's committed set (release {transform.release_id}; "
                                   f"another run of job {job.job} switched the folders: runs of "
                                   f"one job must not overlap)", committed)
-    operator = operator_summary(result, operator_folder)
+    operator = operator_summary(result, operator_folder, job, args.config)
     write_text(os.path.join(operator_folder, "summary.json"), json.dumps(
         dict(operator, release_id=transform.release_id), indent=2, sort_keys=True))
     public = public_summary(transform, job, public_folder)
@@ -339,38 +340,11 @@ def continued_stream(job: job_config.JobConfig, checkpoint: str):
 def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
     """The `pipelines.plan` command that prints the table `auto` chose from for one released
     stream's descriptor (the state budget is not in the descriptor: pass it when it is not the
-    default)."""
-    from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY
-    total = descriptor["budget"]
-    if total.get("delta") is not None:
-        budget = f"--epsilon {total['epsilon']:g} --delta {total['delta']:g}"
-    elif total.get("epsilon") is not None:
-        budget = f"--epsilon {total['epsilon']:g}"
-    else:
-        budget = f"--rho {total['rho']:g}"
-    state = (f" --max-state-bytes-per-key {max_state_bytes_per_key}"
-             if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY) else "")
-    noise = " --noise float" if descriptor["noise"] in ("laplace", "gaussian") else ""
-    if "parts" in descriptor:  # a mean: its split and both parts' tables (pipelines.plan)
-        bounds = descriptor["bounds"]
-        grid = bounds.get("value_resolution")
-        default_grid = None if noise else bounds["max_value"] / 100.0
-        return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
-                f"--max-contributions {bounds['max_contributions']} "
-                f"--mean-max-value {bounds['max_value']:g}"
-                + (f" --max-keys-per-unit {bounds['max_keys_per_unit']}"
-                   if bounds["max_keys_per_unit"] > 1 else "")
-                + (f" --value-resolution {grid:g}" if grid != default_grid else "")
-                + (f" --sum-share {descriptor['sum_share']:g}"
-                   if descriptor.get("split") == "configured" else "") + noise + state)
-    declaration = descriptor["declaration"]
-    keys = declaration["keys_per_unit"]
-    return (f"python3 -m pipelines.plan --horizon {descriptor['horizon']} {budget} "
-            f"--max-contributions {declaration['max_contributions']} "
-            f"--interval-bound {declaration['interval_bound']}"
-            + (f" --max-keys-per-unit {keys}" if keys > 1 else "")
-            + (" --split" if keys > 1 and declaration.get("joint_mass") is None else "")
-            + noise + state)
+    default): `plan_command.plan_arguments`, the arguments `plan --config` plans the job with too (a
+    sum's carry its grid: the plan prints the errors in the job's value units)."""
+    from pipelines import plan_command
+    return " ".join([plan_command.COMMAND,
+                     *plan_command.plan_arguments(descriptor, max_state_bytes_per_key)])
 
 
 def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:
@@ -381,21 +355,25 @@ def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:
                      for label, descriptor in transform.plan_declarations())
 
 
-def public_summary(transform, job: job_config.JobConfig, public_folder: str) -> dict:
-    """What the run released; everything here is public (data-independent or DP)."""
+def public_summary(transform, job: job_config.JobConfig, public_folder: str,
+                   shown_folder: str = None, records_prefix: str = "records") -> dict:
+    """What the run released; everything here is public (data-independent or DP). The records
+    are read from `public_folder`; the paths name `shown_folder` (default: the job's public
+    folder; the scheduler's: its release's published folder, records `records-steps-*`)."""
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
               + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
     stddevs = io.released_stddevs(public_folder)
     records, max_se = len(stddevs), max(stddevs, default=0.0)
+    shown = shown_folder or job.public_path
     return {"release_id": transform.release_id, "private": transform.private,
             "transform": job.transform, **transform.summary(), "why": chosen,
             "max_se": max_se,
             "records": records, "public_keys": len(job.public_keys),
             "steps": job.steps.horizon,
-            "records_path": os.path.join(job.public_path, "records") + "-*."
+            "records_path": os.path.join(shown, records_prefix) + "-*."
                             + "{" + ",".join(job.output.formats) + "}",
-            "manifest": os.path.join(job.public_path, "release.json")}
+            "manifest": os.path.join(shown, "release.json")}
 
 
 def budget_text(budget: dict) -> str:
@@ -404,33 +382,66 @@ def budget_text(budget: dict) -> str:
 
 
 def describe_run(job, transform, public: dict, operator: dict) -> str:
+    """The run summary `pipelines.run` prints (and `pipelines.schedule`, whose `public` also
+    holds its run's steps: `released_before`, `released_after`, `spent`, `checkpoint`; its
+    `operator` is None when nothing ran)."""
+    scheduled = "released_after" in public
+    if "se_times_count" in public:  # a mean: its parts' errors (data-independent)
+        error = (f"MaxSE of the parts: sum {public['part_max_se']['sum']:.2f}, count "
+                 f"{public['part_max_se']['count']:.2f}; the mean's standard error about "
+                 f"{public['se_times_count']:,.0f} / C for a key whose count is C (records "
+                 f"where C is too noisy carry half the value range)")
+    elif scheduled and not public["records"]:
+        error = "MaxSE: no step released yet"
+    else:
+        error = (f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation"
+                 + (" of the steps released so far" if scheduled and public["released_after"]
+                    < job.steps.horizon else "") + ")")
     lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
              f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
-             f"{public['public_keys']} public key(s), noise {public['noise']}, "
-             + (f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation)"
-              if "se_times_count" not in public else
-              f"MaxSE of the parts: sum {public['part_max_se']['sum']:.2f}, count "
-              f"{public['part_max_se']['count']:.2f}; the mean's standard error about "
-              f"{public['se_times_count']:,.0f} / C for a key whose count is C (records where "
-              f"C is too noisy carry half the value range)")]
-    if transform.private:
+             f"{public['public_keys']} public key(s), noise {public['noise']}, {error}"]
+    if scheduled:
+        lines.append(f"release {public['release_id']}: steps released {public['released_before']}"
+                     f" -> {public['released_after']} of {job.steps.horizon} "
+                     f"({public['new_steps']} new); budget spent: {public['spent']}")
+    elif transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
                      f"{budget_text(public['budget_spent'])} on this data (again, if this data "
                      f"was released "
                      f"before)")
+    every = "every released step" if scheduled else "every step"
     lines += [f"records:      {public['records_path']} ({public['records']} records: every "
-              f"public key at every step)",
-              f"manifest:     {public['manifest']}",
-              f"operator-only (not private): "
-              f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
-              f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
+              f"public key at {every})",
+              f"manifest:     {public['manifest']}"]
+    if scheduled:
+        lines += [f"checkpointed records: {pattern}" for pattern in public["checkpointed"]]
+        if operator is None:
+            lines.append("operator-only (NOT private, exact counts of the data): nothing ran "
+                         "(no newly complete step)")
+        else:
+            lines += [f"operator-only (not private): "
+                      f"{public['checkpoint']}/dead_letters-*.jsonl",
+                      f"operator-only (NOT private, exact counts of this run's steps "
+                      f"{public['released_before']} -> {public['released_after']}): "
+                      f"{describe(operator, 'in these steps')}"]
+    else:
+        lines += [f"operator-only (not private): "
+                  f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
+                  f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
+    if operator is not None and operator.get("truncation_warning"):
+        lines.append(operator["truncation_warning"])
+    if scheduled and public["released_after"] >= job.steps.horizon:
+        lines.append(f"release complete: all {job.steps.horizon} steps are released (the "
+                     f"release ends here; a later run publishes nothing new)")
     return "\n".join(lines)
 
 
-def operator_summary(result, operator_folder: str) -> dict:
+def operator_summary(result, operator_folder: str, job=None, config_path: str = None) -> dict:
     """Exact counts of the data for the operator (NOT private: never publish them): events
-    that entered truncation, what each bound cut, and dead letters by reason."""
+    that entered truncation, what each bound cut, and dead letters by reason; with `job` (and
+    the `config_path` it was loaded from), `truncation_warning` when the bounds cut more than
+    half the events (`truncation_warning`)."""
     counters = {}
     try:
         for counter in result.metrics().query()["counters"]:
@@ -439,19 +450,62 @@ def operator_summary(result, operator_folder: str) -> dict:
                 counters[name] = counters.get(name, 0) + int(counter.committed or 0)
     except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
         pass
-    return {"events_in_window": counters.get("events_in_window"),
-            "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
-                          if k.startswith("truncated_by_")},
-            "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
-            **commit.dead_letters_by_code(operator_folder)}
+    summary = {"events_in_window": counters.get("events_in_window"),
+               "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
+                             if k.startswith("truncated_by_")},
+               "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
+               **commit.dead_letters_by_code(operator_folder)}
+    if job is not None:
+        summary["truncation_warning"] = truncation_warning(summary, job, config_path)
+    return summary
 
 
-def describe(summary: dict) -> str:
+# a bound the truncation counters name (`truncated_by_<reason>`) -> the config's bound
+CUT_BOUNDS = {"contribution_bound": {"count_distinct": "max_flips",
+                                     "degree_count": "max_updates"}}
+CAPS_TRANSFORMS = ("count", "sum", "count_distinct", "degree_count")  # `pipelines.caps` takes
+
+
+def truncation_warning(summary: dict, job, config_path: str = None):
+    """One line when the contribution bounds cut more than half the events that entered
+    truncation (operator-only: exact counts), naming the share, the bound that cut most and the
+    `pipelines.caps` command that shows what other values of it would cut and cost; else
+    None."""
+    events, truncated = summary.get("events_in_window"), summary.get("truncated") or {}
+    cut = sum(truncated.values())
+    if not events or cut * 2 <= events:
+        return None
+    reason = max(sorted(truncated), key=lambda name: truncated[name])
+    bound = CUT_BOUNDS.get(reason, {}).get(job.transform, reason)
+    value = job.bounds.get(bound)
+    if isinstance(value, int) and not isinstance(value, bool):
+        # a sum's mass below one full value: try whole values (max_value per event) too
+        step = max(value, math.ceil(job.bounds["max_value"])) \
+            if bound == "max_contributions" and job.transform == "sum" else value
+        tried = sorted({value, *(step * f for f in (1, 2, 4, 8))})
+        vary = f" --vary {bound}=" + ",".join(str(v) for v in tried)
+    else:
+        vary = f" --vary {bound}=V1,V2,..."
+    config = config_path or "<the job's config>"
+    command = f"python3 -m pipelines.caps --config {config}{vary}"
+    if job.transform == "mean":
+        command += (" (on a copy of the config with `transform: count`, its value field and "
+                    "max_value left out: a mean keeps a count's events)")
+    elif job.transform not in CAPS_TRANSFORMS:
+        command = "pipelines.caps (on a count, sum, count_distinct or degree_count config)"
+    return (f"WARNING (operator-only, NOT private): the contribution bounds cut "
+            f"{100.0 * cut / events:.1f} % of the {events} events that entered truncation "
+            f"(most by {bound}: "
+            f"{truncated[reason]}); the released totals leave them out, a bias the noise does "
+            f"not show: see what other caps would cut and cost with {command}")
+
+
+def describe(summary: dict, where: str = "in the horizon") -> str:
     events, truncated = summary["events_in_window"], summary["truncated"]
     parts = []
     if events is not None:
         cut = sum(truncated.values())
-        parts.append(f"{events} events in the horizon, {cut} ({100.0 * cut / max(events, 1):.1f}"
+        parts.append(f"{events} events {where}, {cut} ({100.0 * cut / max(events, 1):.1f}"
                      f" %) cut by the contribution bounds"
                      + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
                         if truncated else ""))

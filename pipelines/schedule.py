@@ -1,7 +1,7 @@
 """Scheduled runs that continue one continual release across many runs.
 
     python3 -m pipelines.schedule --config configs/active_users.yaml --state-dir state/ \\
-        [--now 2026-01-06T12:00:00Z] [any Beam pipeline option]
+        [--now 2026-01-06T12:00:00Z] [--json] [any Beam pipeline option]
 
 Each run releases the steps whose windows are complete at `--now` (default: the current time)
 and were not released before, then checkpoints. The state directory (a local path or any Beam
@@ -19,8 +19,16 @@ created with create-if-absent (a fsynced temporary file hard-linked to the marke
 local paths, a generation-match precondition on gs://):
 of two runs that start from the same step, exactly one commits; the other exits non-zero and
 publishes nothing (records reach `output.path/<job>-scheduled/<release id>/` only after the
-commit). The commit is the job's own last stage (`pipelines.commit`), so a launcher that does
+commit, and so does `release.json`, the release manifest as `pipelines.run` writes it, kept in
+the ledger). The commit is the job's own last stage (`pipelines.commit`), so a launcher that does
 not wait for the job (a Flex Template) commits the same way.
+
+Each run prints what `pipelines.run` prints (`--json`: one JSON object with a `public` and an
+`operator_not_private` part): the mechanism and why, MaxSE, the steps released by this run and
+the budget spent, where the records and the manifest are, then, operator-only and NOT private,
+this run's truncation counts and dead letters (and a warning when the bounds cut more than half
+of the events), and `release complete` once every step of the horizon is released.
+
 Guarantees (each tested): resuming after N runs gives records identical to one continuous run
 (same insecure seed); re-running when nothing new is complete returns the stored records and
 spends nothing; a run killed mid-way leaves the previous checkpoint intact and the next run
@@ -173,13 +181,15 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     complete = max(0, min(steps.horizon, math.floor((now - steps.origin) / steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
     if complete <= released:
-        return {"released_before": released, "released_after": released, "new_steps": 0,
-                "records": stored, "release_id": transform.release_id,
-                "published": published_folder(job, transform.release_id),
-                "spent": "nothing (no newly complete step)"}
+        return summarised(config_path, job, transform, {
+            "released_before": released, "released_after": released, "new_steps": 0,
+            "records": stored, "release_id": transform.release_id,
+            "published": published_folder(job, transform.release_id),
+            "spent": "nothing (no newly complete step)"})
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     ledger_of_run = {
         "release_id": transform.release_id, "descriptor": transform.descriptor,
+        "release_manifest": job_run.release_manifest(transform),  # published as release.json
         "descriptor_digest": transform.descriptor_digest,
         "mechanism": transform.resolved_mechanism[0],
         "mechanism_params": transform.resolved_mechanism[1],
@@ -210,12 +220,34 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             raise ConcurrentRun(f"another run already committed steps from {released} in the "
                                 f"state directory {state_dir}; this run published nothing")
         raise
-    return {"released_before": released, "released_after": complete,
-            "new_steps": complete - released, "release_id": transform.release_id,
-            "records": stored + [join(folder, "records-*.jsonl")],
-            "published": published_folder(job, transform.release_id),
-            "spent": "the release's budget (once for all T steps)" if released == 0 else
-                     "nothing new (the budget covers all T steps of this release)"}
+    return summarised(config_path, job, transform, {
+        "released_before": released, "released_after": complete,
+        "new_steps": complete - released, "release_id": transform.release_id,
+        "records": stored + [join(folder, "records-*.jsonl")],
+        "published": published_folder(job, transform.release_id),
+        "spent": "the release's budget (once for all T steps)" if released == 0 else
+                 "nothing new (the budget covers all T steps of this release)"},
+        result, folder)
+
+
+def summarised(config_path: str, job, transform, summary: dict, result=None,
+               folder: str = None) -> dict:
+    """`summary` with what `pipelines.run` summarises (its functions, one rule): `public`
+    (the release, its MaxSE from the records published so far, this run's steps, where the
+    records and release.json are) and, when this run ran (its Beam `result` and checkpoint
+    `folder`), `operator_not_private` (exact counts of this run's steps: truncation, dead
+    letters, the truncation warning); `job` and `transform` for `describe_run`."""
+    published = summary["published"]
+    public = job_run.public_summary(transform, job, published, shown_folder=published,
+                                    records_prefix="records-steps")
+    public.update({name: summary[name] for name in ("released_before", "released_after",
+                                                    "new_steps", "spent")},
+                  checkpointed=summary["records"], checkpoint=folder,
+                  complete=summary["released_after"] >= job.steps.horizon)
+    operator = None if result is None else job_run.operator_summary(result, folder, job,
+                                                                     config_path)
+    return dict(summary, job=job.job, public=public, operator_not_private=operator,
+                job_config=job, transform=transform)
 
 
 def committed_by_another(state_dir: str, released: int, folder: str) -> bool:
@@ -326,7 +358,8 @@ def republish_missing(job, release_id, chain, secret) -> List[str]:
     and a published file may have been truncated or altered since. Each window's checkpoint is
     verified (its marker's MAC under the secret, its manifest, its records files' SHA-256),
     every published file is compared with the bytes its records encode to (a pure function
-    of the sorted rows) and any missing, truncated or altered one is rewritten (atomically).
+    of the sorted rows) and any missing, truncated or altered one is rewritten (atomically),
+    then `release.json`, from the last commit's verified ledger (`publish_manifest`).
     A commit killed before `_COMMITTED` gets it. Returns the rewritten files."""
     folder_out = published_folder(job, release_id)
     if storage.is_local(folder_out) and os.path.isdir(folder_out):
@@ -351,6 +384,9 @@ def republish_missing(job, release_id, chain, secret) -> List[str]:
             if _read_or_none(path) != data:
                 _write_published(path, data)
                 rewritten.append(path)
+    if chain:  # release.json from the last commit's verified ledger, after the records
+        ledger = json.loads(verified_file(join(folder, LEDGER), listed).decode("utf-8"))
+        rewritten += [path for path in [publish_manifest(job, release_id, ledger)] if path]
     return rewritten
 
 
@@ -409,6 +445,23 @@ def publish(job, release_id, folder, released, complete, execution=None) -> None
             chunks.append(handle.read())
     out = _published_prefix(job, release_id, released, complete)
     write_records_files(_rows(chunks), out, job.output.formats)
+    publish_manifest(job, release_id, read_json(join(folder, LEDGER)))
+
+
+def publish_manifest(job, release_id, ledger: dict) -> Optional[str]:
+    """`release.json` beside the records: the release manifest (`pipelines.run`'s
+    `release_manifest`, the bytes `commit.CommitRun` writes) that the committed ledger holds,
+    written (whole) when missing or different; returns its path then. A ledger of a version
+    before holds none: nothing is written."""
+    manifest = ledger.get("release_manifest") if isinstance(ledger, dict) else None
+    if manifest is None:
+        return None
+    path = os.path.join(published_folder(job, release_id), "release.json")
+    data = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode("utf-8")
+    if _read_or_none(path) == data:
+        return None
+    _write_published(path, data)
+    return path
 
 
 def main(argv=None) -> int:
@@ -422,6 +475,9 @@ def main(argv=None) -> int:
                                       "end by then are released")
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's own logs (quiet by default)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the run summary as one JSON object on stdout (a public and "
+                             "an operator_not_private part, as pipelines.run --json)")
     args, beam_args = parser.parse_known_args(argv)
     logs.configure(args.verbose)
     try:
@@ -439,17 +495,25 @@ def main(argv=None) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
-    print(f"release {summary['release_id']}")
     if "staged" in summary:
         first, last = summary["staged"]
+        if args.json:
+            print(json.dumps({"release_id": summary["release_id"], "staged": [first, last],
+                              "published": summary["published"]}, indent=2, sort_keys=True))
+            return 0
+        print(f"release {summary['release_id']}")
         print(f"job staged, not run: when it runs, its last stage commits steps {first} -> "
               f"{last} and publishes them to {summary['published']}/records-steps-*")
         return 0
-    print(f"steps released: {summary['released_before']} -> {summary['released_after']} "
-          f"({summary['new_steps']} new); budget spent: {summary['spent']}")
-    print(f"published records: {summary['published']}/records-steps-*")
-    for pattern in summary["records"]:
-        print(f"checkpointed records: {pattern}")
+    public, operator = summary["public"], summary["operator_not_private"]
+    if args.json:
+        print(json.dumps({"job": summary["job"], "public": public,
+                          "operator_not_private": operator}, indent=2, sort_keys=True))
+        return 0
+    print(job_run.describe_run(summary["job_config"], summary["transform"], public, operator))
+    if not public["private"]:
+        print(f"release {public['release_id']}: INSECURE demo release (fixed seed): records "
+              f"are marked private: false", file=sys.stderr)
     return 0
 
 

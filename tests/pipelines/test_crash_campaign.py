@@ -220,7 +220,11 @@ def _check_schedule(job, state, hours, reference):
         for fmt in FORMATS:
             expected[f"records-steps-{link['start']}-{link['end']}-00000-of-00001.{fmt}"] = \
                 encode_records(rows, fmt)
-    assert names == sorted(expected), names  # the committed windows, nothing else, no temps
+    # the release manifest, as pipelines.run writes it, from the last commit's ledger
+    ledger = json.load(open(os.path.join(chain[-1]["folder"], checkpoints.LEDGER)))
+    expected["release.json"] = json.dumps(ledger["release_manifest"], indent=2, sort_keys=True,
+                                          default=str).encode("utf-8")
+    assert names == sorted(expected), names  # the committed windows and manifest, no temps
     for name in names:  # nothing damaged or published under two windows
         assert open(os.path.join(folder, name), "rb").read() == expected[name], name
     published = records_of([os.path.join(folder, "*.jsonl")])

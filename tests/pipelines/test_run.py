@@ -301,3 +301,96 @@ def test_a_remote_runner_is_refused_local_paths_and_a_missing_gcp_extra_in_one_l
                                         "installed" in err and "Traceback" not in err, err
     docs = open(os.path.join(ROOT, "docs", "operations.md")).read()
     assert "--config configs/dataflow/active_users.yaml" in docs
+
+
+# ----- the truncation warning --------------------------------------------------------------------
+def _cutting_sum(tmp_path):
+    """The sum job with `max_contributions` left at its default (1 second per user): the
+    bounds cut most events."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "seconds_on_page.yaml")))
+    del config["bounds"]["max_contributions"]
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 12
+    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
+    config["secret"] = {"seed": 11, "insecure": True}
+    path = tmp_path / "cutting.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_a_run_whose_bounds_cut_most_events_warns_and_names_the_caps_command(tmp_path, capsys):
+    """More than half the events cut: one WARNING line (operator-only) with the share, the
+    bound that cut most and a `pipelines.caps` command that runs and shows the same cut for
+    the configured value."""
+    from pipelines import caps
+    path = _cutting_sum(tmp_path)
+    assert job_run.main(["--config", path, "--json"]) == 0
+    operator = json.loads(capsys.readouterr().out)["operator_not_private"]
+    events, truncated = operator["events_in_window"], operator["truncated"]
+    share = 100.0 * sum(truncated.values()) / events
+    assert share > 50
+    warning = operator["truncation_warning"]
+    assert warning.startswith(f"WARNING (operator-only, NOT private): the contribution bounds "
+                              f"cut {share:.1f} % of the {events} events")
+    assert f"(most by max_contributions: {truncated['max_contributions']})" in warning
+    command = warning.split(" with ", 1)[1]
+    assert command == (f"python3 -m pipelines.caps --config {path} "
+                       f"--vary max_contributions=1,300,600,1200,2400")
+    stored = json.load(open(tmp_path / "out" / "seconds-on-page-operator" / "summary.json"))
+    assert stored["truncation_warning"] == warning  # operator-only, beside the dead letters
+    assert job_run.main(["--config", path]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == warning and printed[-2].startswith("operator-only (NOT private")
+    # the named command runs, and cuts what the run cut at the configured value
+    assert caps.main(command.split()[3:] + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    first = next(r for r in rows if r["bounds"] == {"max_contributions": 1})
+    assert first["events_not_private"] == events
+    assert sum(first["cut_not_private"].values()) == sum(truncated.values())
+    assert [r["bounds"]["max_contributions"] for r in rows] == [1, 300, 600, 1200, 2400]
+
+
+def test_a_run_cutting_less_than_half_has_no_warning(tmp_path, capsys):
+    path = active_users_12_hours(tmp_path)
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    operator = json.loads(capsys.readouterr().out)["operator_not_private"]
+    assert 0 < sum(operator["truncated"].values()) * 2 <= operator["events_in_window"]
+    assert operator["truncation_warning"] is None
+    assert job_run.main(["--config", str(path)]) == 0
+    assert "WARNING" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name,truncated,events,bound,vary", [
+    ("active_users", {"max_contributions": 51, "max_keys_per_unit": 1}, 100,
+     "max_contributions", "max_contributions=6,12,24,48"),
+    ("active_users", {"max_contributions_per_step": 60}, 100, "max_contributions_per_step",
+     "max_contributions_per_step=2,4,8,16"),
+    ("cart_items", {"contribution_bound": 7}, 10, "max_flips", "max_flips=6,12,24,48"),
+    ("friend_degrees", {"contribution_bound": 9}, 10, "max_updates", "max_updates=4,8,16,32"),
+    ("seconds_on_page", {"max_contributions": 9}, 10, "max_contributions",
+     "max_contributions=600,1200,2400,4800"),
+])
+def test_the_warning_names_the_bound_that_cut_most_and_values_to_try(name, truncated, events,
+                                                                     bound, vary):
+    from pipelines import config as job_config
+    job = job_config.load(f"demo:{name}")
+    line = job_run.truncation_warning({"events_in_window": events, "truncated": truncated},
+                                      job, f"demo:{name}")
+    most = max(truncated.values())
+    assert f"(most by {bound}: {most})" in line
+    assert line.endswith(f"python3 -m pipelines.caps --config demo:{name} --vary {vary}")
+    cut = sum(truncated.values())
+    assert f"cut {100.0 * cut / events:.1f} % of the {events} events" in line
+    half = {"events_in_window": 2 * cut, "truncated": truncated}  # exactly half: no warning
+    assert job_run.truncation_warning(half, job, "x.yaml") is None
+    assert job_run.truncation_warning({"events_in_window": None, "truncated": {}}, job) is None
+
+
+def test_a_means_warning_says_how_caps_reads_its_config():
+    from pipelines import config as job_config
+    job = job_config.load("demo:mean_seconds")
+    line = job_run.truncation_warning({"events_in_window": 10,
+                                       "truncated": {"max_contributions": 6}}, job,
+                                      "configs/mean_seconds.yaml")
+    assert "--config configs/mean_seconds.yaml --vary max_contributions=10,20,40,80" in line
+    assert "`transform: count`" in line

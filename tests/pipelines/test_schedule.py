@@ -446,3 +446,115 @@ def test_a_publication_claim_of_a_release_before_execution_tokens_is_still_its_o
     schedule.claim_publication(job, "a" * 32, "/s/ckpt-00000004-x", 0, 4, "token")
     with pytest.raises(checkpoints.ConcurrentRun):
         schedule.claim_publication(job, "a" * 32, "/s/ckpt-00000004-y", 0, 4, "token")
+
+
+# ----- the run summary: what pipelines.run prints -------------------------------------------------
+def _schedule_main(capsys, config, state, hours, *extra):
+    capsys.readouterr()
+    now = f"2026-01-05T{hours:02d}:00:00Z" if hours < 24 else "2026-01-06T12:00:00Z"
+    code = schedule.main(["--config", config, "--state-dir", state, "--now", now, *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out, err
+
+
+def test_a_scheduled_run_prints_what_run_prints(tmp_path, capsys):
+    """Each scheduled run prints the mechanism and why, MaxSE, the steps it released, where
+    the records and release.json are, and (operator-only, NOT private) its own steps'
+    truncation and dead letters; the runs' counts add up to the continuous run's, and the
+    run that releases the last step says the release is complete, with the run's MaxSE."""
+    config = write_config(tmp_path, name="active_users.yaml")
+    state = str(tmp_path / "state")
+    first, err = _schedule_main(capsys, config, state, 5)
+    assert "INSECURE demo release (fixed seed)" in err  # as run says it
+    second = json.loads(_schedule_main(capsys, config, state, 12, "--json")[0])
+    third, _ = _schedule_main(capsys, config, state, 30)  # nothing newly complete
+    assert job_run.main(["--config", config, "--json"]) == 0
+    ran = json.loads(capsys.readouterr().out)
+    assert job_run.main(["--config", config]) == 0
+    ran_text = capsys.readouterr().out.splitlines()
+    lines = first.splitlines()
+    assert lines[0] == ran_text[0]  # job, mechanism and why (the plan command)
+    assert "MaxSE" in lines[1] and "of the steps released so far" in lines[1]
+    release = ran["public"]["release_id"]
+    assert lines[2] == (f"release {release}: steps released 0 -> 5 of 12 (5 new); budget "
+                        f"spent: the release's budget (once for all T steps)")
+    folder = os.path.join(str(tmp_path / "out"), "active-users-scheduled", release)
+    assert lines[3].startswith(f"records:      {folder}/records-steps-*.{{jsonl}} (30 records")
+    assert lines[4] == f"manifest:     {folder}/release.json"
+    assert any(line.startswith("operator-only (NOT private, exact counts of this run's steps "
+                               "0 -> 5): ") and " events in these steps, " in line
+               for line in lines)
+    assert "release complete" not in first
+    # --json: a public and an operator-only part, as run --json
+    assert set(second) == {"job", "public", "operator_not_private"}
+    public, operator = second["public"], second["operator_not_private"]
+    assert (public["released_before"], public["released_after"], public["new_steps"]) == \
+        (5, 12, 7) and public["complete"] is True
+    assert public["max_se"] == ran["public"]["max_se"] and public["records"] == 6 * 12
+    assert public["mechanism"] == ran["public"]["mechanism"] and \
+        public["why"] == ran["public"]["why"]
+    # operator-only counts of this run's steps; with the first run's: the continuous run's
+    first_json = first.split("exact counts of this run's steps 0 -> 5): ", 1)[1]
+    first_events = int(first_json.split(" events", 1)[0])
+    assert first_events + operator["events_in_window"] == ran["operator_not_private"][
+        "events_in_window"]
+    assert operator["truncation_warning"] is None
+    # nothing new: the release's summary, nothing ran, and it is complete
+    assert "steps released 12 -> 12 of 12 (0 new); budget spent: nothing" in third
+    assert "operator-only (NOT private, exact counts of the data): nothing ran" in third
+    assert f"MaxSE {ran['public']['max_se']:.2f} (largest per-step standard deviation)" in third
+    assert third.splitlines()[-1].startswith("release complete: all 12 steps are released")
+
+
+def test_the_scheduled_release_publishes_its_manifest_through_its_commit(tmp_path, capsys):
+    """release.json, as pipelines.run writes it, beside the records: from the committed
+    ledger (covered by the MAC'd marker), written by the commit after the records, and
+    repaired from the verified ledger like every published file."""
+    config = write_config(tmp_path, name="active_users.yaml")
+    state = str(tmp_path / "state")
+    summary = schedule.run_once(config, state, ORIGIN + 4 * HOUR)
+    folder = summary["published"]
+    manifest_path = os.path.join(folder, "release.json")
+    published = open(manifest_path, "rb").read()
+    ledger = json.load(open(os.path.join(checkpoints.committed_checkpoints(state)[-1][1],
+                                         checkpoints.LEDGER)))
+    assert json.loads(published) == ledger["release_manifest"]
+    assert ledger["release_manifest"] == job_run.release_manifest(summary["transform"])
+    assert json.loads(published)["release_id"] == summary["release_id"]
+    assert "secret" not in json.loads(published)["display"]
+    # the same manifest, byte for byte, as a continuous run's (same seeded release)
+    assert job_run.main(["--config", config]) == 0
+    job = job_config.load(config)
+    assert open(os.path.join(job.public_path, "release.json"), "rb").read() == published
+    # a lost or altered manifest is rewritten by the next run, from the verified ledger
+    os.remove(manifest_path)
+    again = schedule.run_once(config, state, ORIGIN + 4.5 * HOUR)
+    assert again["new_steps"] == 0 and open(manifest_path, "rb").read() == published
+    open(manifest_path, "w").write('{"release_id": "forged"}')
+    schedule.run_once(config, state, ORIGIN + 8 * HOUR)
+    assert open(manifest_path, "rb").read() == published
+    # the ledger is what the commit marker covers: altering it is refused, never published
+    last = checkpoints.committed_checkpoints(state)[-1][1]
+    ledger_path = os.path.join(last, checkpoints.LEDGER)
+    forged = json.load(open(ledger_path))
+    forged["release_manifest"]["private"] = "forged"
+    open(ledger_path, "w").write(json.dumps(forged, indent=2, sort_keys=True))
+    os.remove(manifest_path)
+    with pytest.raises(ValueError, match=r"^`checkpoint` must be intact"):
+        schedule.run_once(config, state, ORIGIN + 12 * HOUR)
+    assert not os.path.exists(manifest_path)
+    capsys.readouterr()
+
+
+def test_a_scheduled_run_warns_when_its_bounds_cut_most_events(tmp_path, capsys):
+    config = write_config(tmp_path, name="seconds_on_page.yaml",
+                          bounds={"max_value": 300, "max_keys_per_unit": 1})  # 1 s per user
+    out, _ = _schedule_main(capsys, config, str(tmp_path / "state"), 6)
+    line = out.splitlines()[-1]
+    assert line.startswith("WARNING (operator-only, NOT private): the contribution bounds cut ")
+    assert line.endswith(f"python3 -m pipelines.caps --config {config} "
+                         f"--vary max_contributions=1,300,600,1200,2400")
+    counts = out.split("exact counts of this run's steps 0 -> 6): ", 1)[1]
+    events, cut = int(counts.split(" events")[0]), int(counts.split("steps, ")[1].split(" ")[0])
+    assert cut * 2 > events and f"cut {100.0 * cut / events:.1f} % of the {events} events" in line

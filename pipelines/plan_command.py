@@ -1,0 +1,54 @@
+"""The `pipelines.plan` command of a released stream, from its descriptor: the one rule behind
+the command a job prints (`pipelines.run.plan_command`) and `plan --config` (`pipelines.plan`).
+A module of its own, so that `run` and `plan` need not import each other."""
+from __future__ import annotations
+
+from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY
+
+
+def _number(value) -> str:
+    """A number as a plan command writes it: %g when that is exact, else all its digits."""
+    short = f"{value:g}"
+    return short if float(short) == float(value) else repr(float(value))
+
+
+def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> list:
+    """The `pipelines.plan` arguments that plan one released stream as the release calibrated
+    it, from its descriptor (the state budget is not in the descriptor: pass it when it is not
+    the default). The job's printed plan command (`pipelines.run.plan_command`) and
+    `plan --config` both use these."""
+    total = descriptor["budget"]
+    if total.get("delta") is not None:
+        budget = ["--epsilon", _number(total["epsilon"]), "--delta", _number(total["delta"])]
+    elif total.get("epsilon") is not None:
+        budget = ["--epsilon", _number(total["epsilon"])]
+    else:
+        budget = ["--rho", _number(total["rho"])]
+    state = (["--max-state-bytes-per-key", str(max_state_bytes_per_key)]
+             if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY) else [])
+    noise = ["--noise", "float"] if descriptor["noise"] in ("laplace", "gaussian") else []
+    if "parts" in descriptor:  # a mean: its split and both parts' tables
+        bounds = descriptor["bounds"]
+        grid = bounds.get("value_resolution")
+        default_grid = None if noise else bounds["max_value"] / 100.0
+        return (["--horizon", str(descriptor["horizon"]), *budget,
+                 "--max-contributions", str(bounds["max_contributions"]),
+                 "--mean-max-value", _number(bounds["max_value"])]
+                + (["--max-keys-per-unit", str(bounds["max_keys_per_unit"])]
+                   if bounds["max_keys_per_unit"] > 1 else [])
+                + (["--value-resolution", _number(grid)] if grid != default_grid else [])
+                + (["--sum-share", _number(descriptor["sum_share"])]
+                   if descriptor.get("split") == "configured" else []) + noise + state)
+    declaration = descriptor["declaration"]
+    keys = declaration["keys_per_unit"]
+    scale = descriptor.get("value_scale", 1.0)
+    return (["--horizon", str(descriptor["horizon"]), *budget,
+             "--max-contributions", str(declaration["max_contributions"]),
+             "--interval-bound", str(declaration["interval_bound"])]
+            + (["--max-keys-per-unit", str(keys)] if keys > 1 else [])
+            + (["--split"] if keys > 1 and declaration.get("joint_mass") is None else [])
+            + (["--value-resolution", _number(scale)] if scale != 1.0 else [])
+            + noise + state)
+
+
+COMMAND = "python3 -m pipelines.plan"
