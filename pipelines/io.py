@@ -153,8 +153,10 @@ def read_elements(pipeline, job: job_config.JobConfig):
 
 
 def unreadable_file(path: str, why) -> dict:
-    """The one dead letter of a Parquet file that cannot be read (its rows are not counted)."""
-    return dead_letter_record(path, Reason("unparseable", f"unreadable Parquet file: {why}"))
+    """The one dead letter of a Parquet file that cannot be read: it stands for an unknown
+    number of rows (weight None; the input gate refuses it unless told to accept anything)."""
+    return dead_letter_record(path, Reason("unparseable", f"unreadable Parquet file: {why}"),
+                              weight=None)
 
 
 def _fast_column(kind: str, column, timestamp_format: str):
@@ -410,14 +412,18 @@ class ParseJson(beam.DoFn):
     """A JSON line (bytes) -> its object (a dict), or a dead letter."""
 
     def process(self, line: bytes):
+        row = None
         try:
             text = _decoded(line)
             row = json.loads(text)
             if not isinstance(row, dict):
                 raise ValueError("a JSON line must be an object")
         except (ValueError, RecursionError) as error:
+            # a JSON array on one line (a JSON file, not JSON lines) stands for its items
+            items = len(row) if isinstance(row, list) else 1
             yield dead_letter(line, Reason("unparseable",
-                                          f"invalid JSON line: {str(error)[:200]}"))
+                                          f"invalid JSON line: {str(error)[:200]}"),
+                              weight=max(items, 1))
             return
         # escapes such as "\\ud800" decode to lone surrogates: no UTF-8 encoding exists, so
         # no coder or sink could carry the row (the line's raw bytes are valid UTF-8 here)
@@ -479,8 +485,9 @@ def csv_records(lines, header):
     cell still open at the end of the file, a blank record, a record over 1 MiB, a csv error
     or a column count other than the header's: one dead letter per record, never a crash."""
     first = True
-    raw, texts, size, quoted, undecodable = [], [], 0, False, None
+    raw, texts, size, quoted, undecodable, spans = [], [], 0, False, None, 0
     for line in lines:
+        spans += 1
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -496,15 +503,15 @@ def csv_records(lines, header):
         if quoted:
             continue  # a quoted cell goes on in the next line
         if not first:
-            yield _csv_record(raw, texts, size, undecodable, header)
+            yield _csv_record(raw, texts, size, undecodable, header, spans=spans)
         first = False
-        raw, texts, size, undecodable = [], [], 0, None
+        raw, texts, size, undecodable, spans = [], [], 0, None, 0
     if size and not first:
         yield _csv_record(raw, texts, size, undecodable, header,
-                          "a quoted cell is still open at the end of the file")
+                          "a quoted cell is still open at the end of the file", spans)
 
 
-def _csv_record(raw, texts, size, undecodable, header, problem=None):
+def _csv_record(raw, texts, size, undecodable, header, problem=None, spans=1):
     values = None
     if problem is None and undecodable is not None:
         problem = undecodable
@@ -527,7 +534,9 @@ def _csv_record(raw, texts, size, undecodable, header, problem=None):
     record = b"".join(raw)
     record = record[:-2] if record.endswith(b"\r\n") else \
         record[:-1] if record.endswith(b"\n") else record
-    return dead_letter(record, Reason("unparseable", f"invalid CSV line: {str(problem)[:200]}"))
+    # a bad record spanning lines (an open quote) stands for every line it swallowed
+    return dead_letter(record, Reason("unparseable", f"invalid CSV line: {str(problem)[:200]}"),
+                       weight=max(spans, 1))
 
 
 def input_files(pattern: str):

@@ -188,7 +188,8 @@ def main(argv=None) -> int:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
-        line = storage.storage_error(error, [job.output.path])
+        line = gate.one_line(error) if gate.refused(error) else \
+            storage.storage_error(error, [job.output.path])
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)
@@ -429,8 +430,9 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
         lines += [f"operator-only (not private): "
                   f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
                   f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
-    if operator is not None and operator.get("truncation_warning"):
-        lines.append(operator["truncation_warning"])
+    for warning in ("truncation_warning", "keys_warning"):
+        if operator is not None and operator.get(warning):
+            lines.append(operator[warning])
     if scheduled and public["released_after"] >= job.steps.horizon:
         lines.append(f"release complete: all {job.steps.horizon} steps are released (the "
                      f"release ends here; a later run publishes nothing new)")
@@ -454,10 +456,26 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
                "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
                              if k.startswith("truncated_by_")},
                "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
+               "kept_public_keys": counters.get("kept_public_keys", 0),
                **commit.dead_letters_by_code(operator_folder)}
     if job is not None:
         summary["truncation_warning"] = truncation_warning(summary, job, config_path)
+        summary["keys_warning"] = keys_warning(summary)
     return summary
+
+
+def keys_warning(summary: dict):
+    """One line when most (key, step) totals with data belong to keys that are not public
+    (dropped: the release is mostly noise on keys without data), naming what to check; else
+    None (operator-only: exact counts)."""
+    dropped = summary.get("dropped_non_public_keys") or 0
+    kept = summary.get("kept_public_keys") or 0
+    if dropped <= kept:
+        return None
+    return (f"WARNING (operator-only, NOT private): {dropped} of the {dropped + kept} (key, "
+            f"step) totals with data ({100.0 * dropped / (dropped + kept):.1f} %) are of keys "
+            f"not in public_keys and were dropped: check input.fields.key and public_keys "
+            f"(spelling, case, type)")
 
 
 # a bound the truncation counters name (`truncated_by_<reason>`) -> the config's bound
@@ -513,10 +531,6 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
     parts.append(f"{sum(dead.values())} dead letters"
                  + (f" ({'; '.join(f'{k}: {v}' for k, v in list(dead.items())[:4])})"
                     if dead else ""))
-    examples = summary.get("dead_letter_examples") or {}
-    if examples:
-        code = next(iter(examples))
-        parts.append(f"e.g. {code}: {examples[code][:120]}")
     return ", ".join(parts)
 
 

@@ -490,7 +490,8 @@ def main(argv=None) -> int:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 3
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
-        line = storage.storage_error(error, _written_folders(args.config, args.state_dir))
+        line = gate.one_line(error) if gate.refused(error) else \
+            storage.storage_error(error, _written_folders(args.config, args.state_dir))
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)

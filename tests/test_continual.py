@@ -487,3 +487,6 @@ def test_postprocess_nonnegative_clamps_running_totals_and_intervals_only():
     with pytest.raises(ValueError, match="`postprocess` must be None or 'nonnegative'"):
         ContinualCount(steps=STEPS, public_keys=["eu"], epsilon=1.0, postprocess="clip",
                        **ZERO)
+    with pytest.raises(ValueError, match="`postprocess` must be None for ContinualRelease"):
+        ContinualRelease(steps=STEPS, public_keys=["eu"], epsilon=1.0,
+                         postprocess="nonnegative", **ZERO)

@@ -65,6 +65,8 @@ class ContinualResult(NamedTuple):
 class ContinualBase(beam.PTransform):
     """Shared construction, validation, display data and the release half of the pipeline."""
 
+    nonnegative_truth = True  # every true running total is >= 0 (`postprocess` may clamp)
+
     def __init__(self, *, steps: TimeSteps, public_keys: Sequence, epsilon=None, rho=None,
                  delta=None, mechanism: str = "auto", mechanism_params: Optional[dict] = None,
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
@@ -81,6 +83,10 @@ class ContinualBase(beam.PTransform):
         if postprocess not in POSTPROCESS:
             check.fail("postprocess", "None or 'nonnegative' (running totals and their "
                                       "intervals clamped at 0)", postprocess)
+        if postprocess is not None and not self.nonnegative_truth:
+            check.fail("postprocess", f"None for {type(self).__name__} (its running totals may "
+                                      f"be negative: a clamped interval would miss them)",
+                       postprocess)
         self.postprocess = postprocess
         # a part of a composed release (`transforms.mean`): its composite claims, checks and
         # guards the release and gives it its release id (`join`)
@@ -629,6 +635,8 @@ class ContinualRelease(ContinualBase):
     exactly: a key whose step total, running total or released value would reach 2^53 in
     magnitude (where float64 stops adding integers exactly) halts at that step, with an
     "exact totals" dead letter (`RecordMaker.exact_totals`)."""
+
+    nonnegative_truth = False  # declared differences of any sign
 
     def __init__(self, *, max_contributions: int = 1, interval_bound: int = 1,
                  keys_per_unit: int = 1, **kwargs):

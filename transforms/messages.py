@@ -171,22 +171,27 @@ def writable(text: str) -> str:
     return text
 
 
-def dead_letter_record(record, reason: str) -> dict:
+def dead_letter_record(record, reason: str, weight: Optional[int] = 1) -> dict:
     """{"record": its repr (at most 1 KiB), "size": the repr's full length, "code": the reason's
     stable code (`streams.records.CODES`), "reason": the detail (at most 1 KiB)}: always
     writable, whatever the record (a repr that fails or recurses too deep shows the record's
-    type; text that is not Unicode is escaped)."""
+    type; text that is not Unicode is escaped). A dead letter that stands for more than one
+    input record carries "weight": how many (a CSV record spanning lines, a JSON array on one
+    line), or None when unknown (a file that cannot be read): the input gate counts them."""
     try:
         text = repr(record)
     except Exception as error:  # noqa: BLE001 (a bad record's own repr failing: no crash)
         text = f"<{type(record).__name__} whose repr fails: {type(error).__name__}>"
     text = writable(text)
-    return {"record": text[:DEAD_LETTER_CHARS], "size": len(text), "code": code_of(reason),
-            "reason": writable(str(reason))[:DEAD_LETTER_CHARS]}
+    letter = {"record": text[:DEAD_LETTER_CHARS], "size": len(text), "code": code_of(reason),
+              "reason": writable(str(reason))[:DEAD_LETTER_CHARS]}
+    if weight != 1:
+        letter["weight"] = weight
+    return letter
 
 
-def dead_letter(record, reason: str) -> beam.pvalue.TaggedOutput:
-    return beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_record(record, reason))
+def dead_letter(record, reason: str, weight: Optional[int] = 1) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_record(record, reason, weight))
 
 
 def micros_of(seconds: float) -> Timestamp:

@@ -413,17 +413,18 @@ class RecordMaker:
         if entry is None:
             entry = self._step_entry(step)
         width, step_width, fields = entry
-        own = value - previous  # exact: both are integers below 2^53 with discrete noise
         if self.config.integer_values:
-            value, own = int(value), int(own)
-        low, high, scale = value - width, value + width, self.config.value_scale
+            value, previous = int(value), int(previous)
+        scale = self.config.value_scale
+        if scale != 1.0:  # the published values, times the value grid
+            value, previous, width, step_width = (value * scale, previous * scale,
+                                                  width * scale, step_width * scale)
+        own = value - previous  # the difference of the two published (unclamped) values
+        low, high = value - width, value + width
         own_low, own_high = own - step_width, own + step_width
         if self.config.nonnegative:  # the step's own value is left as released
-            zero = 0 if self.config.integer_values else 0.0
+            zero = 0 if type(value) is int else 0.0
             value, low, high = max(value, zero), max(low, zero), max(high, zero)
-        if scale != 1.0:
-            value, low, high = value * scale, low * scale, high * scale
-            own, own_low, own_high = own * scale, own_low * scale, own_high * scale
         record = fields.copy()  # the step's fields, in the record's key order
         record["key"] = key_text(key)
         record["value"] = value

@@ -78,11 +78,14 @@ class KeepPublicKeys(beam.PTransform):
         public = set(self.public_keys)
         dropped = Metrics.counter(METRICS, "dropped_non_public_keys") \
             if self.diagnostics else None
+        kept = Metrics.counter(METRICS, "kept_public_keys") if self.diagnostics else None
         changed_steps = type(self).changed_steps
 
         def keep(item):
             key, total = item
             if key in public:
+                if kept is not None:
+                    kept.inc(changed_steps(total))
                 yield item
             elif dropped is not None:
                 count = changed_steps(total)

@@ -67,7 +67,6 @@ def test_a_mean_reads_jsonl_and_parquet_into_the_same_records(tmp_path):
         config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
         config["input"]["path"], config["input"]["format"] = path, fmt
         config["steps"]["horizon"] = 12
-        config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
         config["output"] = {"path": str(tmp_path / name), "formats": ["jsonl"]}
         config["secret"] = {"seed": 2026, "insecure": True}
         job = tmp_path / f"{name}.yaml"

@@ -353,8 +353,7 @@ def test_plan_config_is_the_maxse_a_real_sum_run_prints(tmp_path, capsys):
                            "horizon": 12},
                     input={"path": "demo:active_users.jsonl",
                            "fields": {"timestamp": "ts", "unit": "user", "key": "region",
-                                      "value": "seconds"},
-                           "max_dead_letter_fraction": 1.0},   # 48 h of demo data
+                                      "value": "seconds"}},
                     output={"path": str(tmp_path / "out"), "formats": ["jsonl"]},
                     secret={"seed": 5, "insecure": True})
     data = planned(capsys, path)

@@ -16,7 +16,6 @@ def test_report_writes_a_png_per_key_and_a_summary(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
     config["output"]["path"] = str(tmp_path / "out")
     config["steps"]["horizon"] = 8
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
@@ -40,7 +39,6 @@ def _signups_run(tmp_path, name, formats=("jsonl", "parquet")):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
     config["output"] = {"path": str(tmp_path / name), "formats": list(formats)}
     config["steps"]["horizon"] = 6
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
@@ -84,7 +82,6 @@ def test_report_reads_a_state_directory_as_one_release(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 6
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     state = str(tmp_path / "state")
@@ -100,7 +97,6 @@ def _truth_config(tmp_path, name, **changes):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "signups.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 6
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     for section, value in changes.items():
         config[section] = value
     path = tmp_path / f"{name}.yaml"
@@ -157,7 +153,6 @@ def test_a_mean_release_reports_against_its_exact_truncated_mean(tmp_path, capsy
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 6
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     release = tmp_path / "mean.yaml"
     release.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(release)]) == 0

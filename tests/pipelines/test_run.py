@@ -21,7 +21,6 @@ def test_demo_job_writes_every_key_and_step(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"]["path"] = str(tmp_path)
     config["steps"]["horizon"] = 12
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
@@ -153,7 +152,6 @@ def active_users_12_hours(tmp_path):
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 12
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -259,7 +257,6 @@ def test_a_mean_run_says_its_parts_errors_and_the_means_error_per_count(tmp_path
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 6
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     path = tmp_path / "mean.yaml"
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path), "--json"]) == 0
@@ -311,7 +308,6 @@ def _cutting_sum(tmp_path):
     del config["bounds"]["max_contributions"]
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["steps"]["horizon"] = 12
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     config["secret"] = {"seed": 11, "insecure": True}
     path = tmp_path / "cutting.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -394,3 +390,22 @@ def test_a_means_warning_says_how_caps_reads_its_config():
                                       "configs/mean_seconds.yaml")
     assert "--config configs/mean_seconds.yaml --vary max_contributions=10,20,40,80" in line
     assert "`transform: count`" in line
+
+
+def test_a_run_whose_keys_are_mostly_not_public_warns(tmp_path, capsys):
+    """Public keys spelled otherwise than the data's (here: case) leave the release mostly
+    noise on keys without data: the operator is told (adversary's W4)."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
+    config["public_keys"] = ["EU-WEST", "eu-north"]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "are of keys not in public_keys and were dropped" in out, out
+    summary = json.load(open(tmp_path / "active-users-operator" / "summary.json"))
+    assert summary["dropped_non_public_keys"] > summary["kept_public_keys"] > 0
+    config["public_keys"] = ["eu-west", "eu-north", "us-east", "us-west", "apac", "latam"]
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 0
+    assert "not in public_keys" not in capsys.readouterr().out

@@ -24,7 +24,6 @@ def write_config(tmp_path, name="cart_items.yaml", **changes):
     config["output"]["path"] = str(tmp_path / "out")
     config["output"]["formats"] = ["jsonl"]
     config["steps"]["horizon"] = 12
-    config["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     config["secret"] = {"seed": 2026, "insecure": True}  # reproducible: schedule == run
     for section, value in changes.items():
         config[section] = value

@@ -240,7 +240,6 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
         "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
     raw = yaml.safe_load(open(batch_config))
     raw["steps"]["horizon"] = horizon
-    raw["input"]["max_dead_letter_fraction"] = 1.0  # 48 h of demo data
     open(batch_config, "w").write(yaml.safe_dump(raw))
     assert job_run.main(["--config", batch_config]) == 0
     batch = [json.loads(line) for path in glob.glob(
