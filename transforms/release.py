@@ -264,6 +264,7 @@ class RecordMaker:
                          + config.checked_fingerprint().encode("ascii"))
         self._tags, self._steps, self._isos = {}, {}, {}  # bounded (_CACHED_KEYS)
         self._streams = {}  # per key, bounded (_CACHED_STREAMS)
+        self._released = {}  # key -> (step, its released value): `previous`, bounded
         self.mechanism = config.build()
         self.exact_totals = self.mechanism.discrete and isinstance(
             self.mechanism.init_state(), CounterState)
@@ -402,6 +403,26 @@ class RecordMaker:
         """The value `key` released at the last step of its sealed state (0.0 before the
         first): `previous` of its next record, re-derived (`ContinualMechanism.last_output`)."""
         return self.streamer(key).last_output(self.restore(key, sealed))
+
+    def previous(self, key, step: int, sealed: bytes) -> float:
+        """`key`'s released value at step - 1 (0.0 at step 0): the one this worker released
+        and kept (`released`), else re-derived from `sealed`, the state before `step`. A fast
+        path of `last_output` (a streaming key's steps mostly fire on one worker, and the
+        re-derivation is a step's noise again: O(t) for the discrete square root); the two
+        are the same float (test_streaming: records equal batch, which derives it)."""
+        if step == 0:
+            return 0.0
+        found = self._released.get(key)
+        if found is not None and found[0] == step - 1:
+            return found[1]
+        return self.last_output(key, sealed)
+
+    def released(self, key, step: int, value: float) -> None:
+        """Keeps `key`'s released value of `step` for its next record (`previous`)."""
+        kept = self._released
+        if len(kept) >= _CACHED_STREAMS and key not in kept:
+            kept.clear()
+        kept[key] = (step, value)
 
     def record(self, key, step: int, value: float, previous: float) -> dict:
         """One public record: the running total `value` and the step's own value, `value` -

@@ -471,10 +471,11 @@ class ReleaseStreamingFn(beam.DoFn):
                 records.append(dead_letter(key, maker.limit_reason(key, step)))
                 break
             if previous is None:  # from the state before this step (checked by step_sealed)
-                previous = maker.last_output(key, before) if step else 0.0
+                previous = maker.previous(key, step, before)
             pending.pop(step, None)  # only once the state passed its checks
             record = maker.record(key, step, float(out), previous)
             previous = float(out)
+            maker.released(key, step, previous)
             records.append(TimestampedValue(record, times[0]))
             if self.checkpointed:  # with its record: one element per key and step to checkpoint
                 records.append(beam.pvalue.TaggedOutput(KEY_STATES, TimestampedValue(
