@@ -619,7 +619,8 @@ def remote_preflight(job: job_config.JobConfig, runner: str, paths=()) -> None:
             found = False
         if not found:
             job_config.fail("--runner", f"launched where the [gcp] extra is installed "
-                                        f"({GCP_EXTRA}; {package} is missing)",
+                                        f"(pip install -e \".[gcp]\" in a clone, or "
+                                        f"{GCP_EXTRA}; {package} is missing)",
                             runner)
 
 

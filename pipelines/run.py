@@ -209,15 +209,23 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         staging = commit.OutputStaging(job)  # finishes or removes what killed runs left
         pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
         build_release(pipeline, job, transform, staging)
-        result = pipeline.run()
-        if commit.staged_only(beam_args):
-            staged = {"job": job.job, "staged": True, "release_id": transform.release_id,
-                      "commits": [job.public_path, job.operator_path]}
-            print(json.dumps(staged, indent=2, sort_keys=True) if args.json else
-                  f"release {transform.release_id}: job staged, not run; when it runs, its last "
-                  f"stage commits {job.public_path} and {job.operator_path}")
-            return 0
-        result.wait_until_finish()  # the job committed its output sets as its last stage
+        try:
+            result = pipeline.run()
+            if commit.staged_only(beam_args):
+                staged = {"job": job.job, "staged": True, "release_id": transform.release_id,
+                          "commits": [job.public_path, job.operator_path]}
+                print(json.dumps(staged, indent=2, sort_keys=True) if args.json else
+                      f"release {transform.release_id}: job staged, not run; when it runs, its "
+                      f"last stage commits {job.public_path} and {job.operator_path}")
+                return 0
+            result.wait_until_finish()  # the job committed its output sets as its last stage
+        except Exception as error:  # the gate's refusal: where its dead letters are
+            if not gate.refused(error):
+                raise
+            raise gate.GarbageInput(
+                f"{gate.one_line(error)} This run's dead letters: "
+                f"{os.path.join(staging.operator, 'dead_letters')}-*.jsonl (operator-only; the "
+                f"job's next run removes them).") from None
     public_folder, operator_folder = commit.committed_folders(job)  # one set, resolved once
     try:
         committed = read_json(os.path.join(public_folder, "release.json"))["release_id"]
@@ -528,9 +536,9 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
                      + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
                         if truncated else ""))
     dead = summary["dead_letters"]
-    parts.append(f"{sum(dead.values())} dead letters"
-                 + (f" ({'; '.join(f'{k}: {v}' for k, v in list(dead.items())[:4])})"
-                    if dead else ""))
+    shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4])
+    more = f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else ""
+    parts.append(f"{sum(dead.values())} dead letters" + (f" ({shown}{more})" if dead else ""))
     return ", ".join(parts)
 
 

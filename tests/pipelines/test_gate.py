@@ -76,6 +76,8 @@ def test_a_job_whose_every_record_is_a_dead_letter_exits_2_and_publishes_nothing
     assert "got 3861 malformed and 0 outside the horizon of 3861 records" in err
     assert "missing_field" in err and "missing field 'cntry'" in err
     assert "Nothing was published and no privacy budget was spent" in err
+    where = err.split("This run's dead letters: ")[1].split(" (operator-only")[0]
+    assert len(glob.glob(where)) == 1 and "/.staging-" in where
     assert "[while running" not in err and out == ""
     assert _public_files(tmp_path) == []
     assert not os.path.exists(tmp_path / "out" / "active-users")
