@@ -125,7 +125,8 @@ def verdict(rows: int, read: int, codes: dict, limit: float) -> None:
     both well-formed and inside the horizon, or when a file could not be read at all (an
     unknown number of records) and `limit` is below 1. Records outside the horizon are not
     malformed (a source may hold history before the origin, or events after the end) but do
-    not count as good. An empty input passes: no record is not a bad record.
+    not count as good, except with `limit` 1 (the operator's override: refused only when no
+    record is well-formed). An empty input passes: no record is not a bad record.
 
     >>> verdict(10, 0, {"outside_horizon": [9, 0, "event time ..."]}, 0.5)
     >>> verdict(0, 3, {"unparseable": [3, 0, "invalid JSON line: ..."]}, 1.0)
@@ -138,8 +139,9 @@ def verdict(rows: int, read: int, codes: dict, limit: float) -> None:
     outside = bad.get("outside_horizon", [0, 0, ""])[0]
     unknown = sum(entry[1] for entry in bad.values())
     total = rows + read
-    if not bad or (malformed <= limit * total and malformed + outside < total
-                   and (unknown == 0 or limit >= 1.0)):
+    anything = limit >= 1.0  # the operator's override: refuse only if nothing is well-formed
+    good = total - malformed - (0 if anything else outside)
+    if not bad or (malformed <= limit * total and good > 0 and (unknown == 0 or anything)):
         return
     top = sorted(bad.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))[:3]
     reasons = "; ".join(

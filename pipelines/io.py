@@ -408,6 +408,9 @@ def _not_text(row: dict):
     return None
 
 
+LONG_BAD_LINE = 1 << 16  # bytes: a bad JSON line this long hides an unknown number of records
+
+
 class ParseJson(beam.DoFn):
     """A JSON line (bytes) -> its object (a dict), or a dead letter."""
 
@@ -419,11 +422,14 @@ class ParseJson(beam.DoFn):
             if not isinstance(row, dict):
                 raise ValueError("a JSON line must be an object")
         except (ValueError, RecursionError) as error:
-            # a JSON array on one line (a JSON file, not JSON lines) stands for its items
+            # a JSON array on one line (a JSON file, not JSON lines) stands for its items; a
+            # bad line longer than any record (records run together, CR line ends) for an
+            # unknown number (the input gate refuses it unless told to accept anything)
             items = len(row) if isinstance(row, list) else 1
+            weight = None if items == 1 and len(line) > LONG_BAD_LINE else max(items, 1)
             yield dead_letter(line, Reason("unparseable",
                                           f"invalid JSON line: {str(error)[:200]}"),
-                              weight=max(items, 1))
+                              weight=weight)
             return
         # escapes such as "\\ud800" decode to lone surrogates: no UTF-8 encoding exists, so
         # no coder or sink could carry the row (the line's raw bytes are valid UTF-8 here)
@@ -506,7 +512,7 @@ def csv_records(lines, header):
             yield _csv_record(raw, texts, size, undecodable, header, spans=spans)
         first = False
         raw, texts, size, undecodable, spans = [], [], 0, None, 0
-    if size and not first:
+    if size:  # (first: the header's own quote is open, so every line went into it)
         yield _csv_record(raw, texts, size, undecodable, header,
                           "a quoted cell is still open at the end of the file", spans)
 
@@ -561,6 +567,19 @@ def csv_header(pattern):
     if not header or not all(header):
         job_config.fail("input.path", "CSV files that start with a header line", first_file)
     return header
+
+
+def read_failure(error: Exception, job: job_config.JobConfig):
+    """The one line of a Parquet file that failed while its rows were read (its schema read
+    fine at preflight: a corrupt page), or None for any other error. The job wrote nothing
+    public: it fails before its commit."""
+    text = str(error)
+    if job.input.format != "parquet" or "[while running 'ReadParquet" not in text:
+        return None
+    first = text.strip().splitlines()[-1] if text.strip() else type(error).__name__
+    first = first.split(" [while running")[0][:200]
+    return message("input.path", "Parquet files whose every page reads (nothing was published)",
+                   f"{job.input.path}: {first}")
 
 
 def check_parquet_files(pattern):

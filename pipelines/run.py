@@ -190,6 +190,8 @@ def main(argv=None) -> int:
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
         line = gate.one_line(error) if gate.refused(error) else \
             storage.storage_error(error, [job.output.path])
+        if line is None and job is not None:
+            line = io.read_failure(error, job)
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)

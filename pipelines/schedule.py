@@ -493,6 +493,11 @@ def main(argv=None) -> int:
         line = gate.one_line(error) if gate.refused(error) else \
             storage.storage_error(error, _written_folders(args.config, args.state_dir))
         if line is None:
+            try:
+                line = io.read_failure(error, job_config.load(args.config))
+            except ValueError:
+                line = None
+        if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2

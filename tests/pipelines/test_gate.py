@@ -45,7 +45,8 @@ def test_the_verdict_counts_malformed_records_and_refuses_no_good_record_at_any_
                                                 "of 10 records"):
         gate.verdict(10, 0, {"bad_value": [6, 0, "x"]}, 0.5)
     with pytest.raises(gate.GarbageInput, match="got 0 malformed and 10 outside the horizon"):
-        gate.verdict(10, 0, {"outside_horizon": [10, 0, "x"]}, 1.0)  # a horizon missing it all
+        gate.verdict(10, 0, {"outside_horizon": [10, 0, "x"]}, 0.5)  # a horizon missing it all
+    gate.verdict(10, 0, {"outside_horizon": [10, 0, "x"]}, 1.0)  # the operator's override
     with pytest.raises(gate.GarbageInput, match="got 3 malformed and 0 outside the horizon of 3"):
         gate.verdict(0, 3, {"unparseable": [3, 0, "invalid JSON line"]}, 1.0)
     with pytest.raises(gate.GarbageInput, match=r"missing_field \(a row without a mapped "
@@ -222,3 +223,34 @@ def test_a_scheduled_release_may_start_after_the_history_its_source_holds(tmp_pa
     late = _job(tmp_path, steps__origin="2026-01-06T04:00:00Z", steps__horizon=20)
     assert schedule.main(["--config", str(late), "--state-dir", str(tmp_path / "state"),
                           "--now", "2026-01-06T10:10:00Z"]) == 0
+
+
+def test_a_second_review_of_hidden_records(tmp_path, capsys):
+    """Second adversary review: a CSV header whose open quote swallows the file, JSON records
+    run together on one long line, a Parquet page that fails mid-read: each refused in one
+    line, nothing public."""
+    rows = _demo_rows()
+    header = tmp_path / "header.csv"
+    with open(header, "w") as handle:
+        handle.write('ts,user,"region\n')
+        for row in rows:
+            handle.write(f"{row['ts']},{row['user']},{row['region']}\n")
+    together = tmp_path / "together.jsonl"
+    with open(together, "w") as handle:
+        for row in rows[:10]:
+            handle.write(json.dumps(row) + "\n")
+        handle.write("".join(json.dumps(row) for row in rows[10:]) + "\n")
+    corrupt = tmp_path / "corrupt.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), corrupt, compression="snappy")
+    data = bytearray(corrupt.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 200):
+        data[i] ^= 0x55
+    corrupt.write_bytes(bytes(data))
+    cases = [(header, "csv", "3862 malformed"), (together, "jsonl", "1 unreadable file"),
+             (corrupt, "parquet", "`input.path` must be Parquet files whose every page reads")]
+    for i, (path, fmt, message) in enumerate(cases):
+        job = _job(tmp_path, f"case{i}.yaml", input__path=str(path), input__format=fmt)
+        assert job_run.main(["--config", str(job)]) == 2, fmt
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert _public_files(tmp_path) == []
