@@ -557,16 +557,23 @@ def input_files(pattern: str):
 
 
 def csv_header(pattern):
-    first_file = input_files(pattern)[0]
-    with FileSystems.open(first_file) as handle:
-        first = handle.readline()
-    try:
-        header = next(csv.reader([first.decode("utf-8-sig")]), [])
-    except (ValueError, csv.Error):
-        header = []
-    if not header or not all(header):
-        job_config.fail("input.path", "CSV files that start with a header line", first_file)
-    return header
+    """The header every CSV file of `pattern` starts with (its files are read by the first
+    one's header): a file without one, or with another, is a one-line error."""
+    headers = {}
+    for path in input_files(pattern):
+        with FileSystems.open(path) as handle:
+            first = handle.readline()
+        try:
+            header = next(csv.reader([first.decode("utf-8-sig")]), [])
+        except (ValueError, csv.Error):
+            header = []
+        if not header or not all(header):
+            job_config.fail("input.path", "CSV files that start with a header line", path)
+        headers.setdefault(tuple(header), path)
+        if len(headers) > 1:
+            job_config.fail("input.path", "CSV files with one header (their columns are read "
+                                          "by the first file's names)", path)
+    return list(next(iter(headers)))
 
 
 def read_failure(error: Exception, job: job_config.JobConfig):

@@ -8,6 +8,7 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from pipelines import config as job_config
@@ -77,3 +78,15 @@ def test_a_mean_reads_jsonl_and_parquet_into_the_same_records(tmp_path):
                                                   "records-*.jsonl"))
                            for r in map(json.loads, open(f)))
     assert len(out["a"]) == 6 * 12 and out["a"] == out["b"]
+
+
+def test_csv_files_with_another_header_are_refused_in_one_line(tmp_path):
+    """A later file with its columns in another order was read by the first file's names
+    (second adversary review): now a one-line error before the job starts."""
+    from pipelines import io as job_io
+    (tmp_path / "a.csv").write_text("ts,user,region\n2026-01-05T00:00:00Z,u1,eu-west\n")
+    (tmp_path / "b.csv").write_text("user,ts,region\nu2,2026-01-05T00:00:00Z,eu-west\n")
+    with pytest.raises(ValueError, match=r"^`input.path` must be CSV files with one header"):
+        job_io.csv_header(str(tmp_path / "*.csv"))
+    (tmp_path / "b.csv").write_text("ts,user,region\n2026-01-05T00:00:00Z,u2,eu-west\n")
+    assert job_io.csv_header(str(tmp_path / "*.csv")) == ["ts", "user", "region"]
