@@ -556,6 +556,28 @@ def input_files(pattern: str):
     return sorted(m.path for m in match)
 
 
+# the first bytes of files that are not text: gzip (read as text unless named .gz), Parquet,
+# zip, bzip2, xz, zstd
+BINARY_MAGIC = (b"\x1f\x8b", b"PAR1", b"PK\x03\x04", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".zst", ".zstd", ".deflate", ".lzma", ".xz",
+                       ".snappy", ".zip")
+
+
+def check_text_files(pattern) -> None:
+    """JSON lines and CSV inputs are text (or compressed by their name, which Beam reads
+    through): a file that starts as binary data (compressed without its suffix, a Parquet
+    file in a text glob) would be read as a few garbage lines that hide all its records, so
+    it is a one-line error."""
+    for path in input_files(pattern):
+        if path.lower().endswith(COMPRESSED_SUFFIXES):
+            continue
+        with FileSystems.open(path) as handle:
+            head = handle.read(4096)
+        if head.startswith(BINARY_MAGIC) or b"\x00" in head:
+            job_config.fail("input.path", "text files (JSON lines or CSV; a compressed file "
+                                          "needs its suffix, e.g. .gz)", path)
+
+
 def csv_header(pattern):
     """The header every CSV file of `pattern` starts with (its files are read by the first
     one's header): a file without one, or with another, is a one-line error."""
@@ -659,12 +681,12 @@ def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None)
         remote_preflight(job, runner or "the remote runner")
     if job.input.unbounded:
         pass  # a subscription: its reader checks it when the job starts
-    elif job.input.format == "csv":
-        csv_header(job.input.path)
     elif job.input.format == "parquet":
         check_parquet_files(job.input.path)
     else:
-        input_files(job.input.path)
+        check_text_files(job.input.path)
+        if job.input.format == "csv":
+            csv_header(job.input.path)
     if "://" not in job.output.path:
         try:
             os.makedirs(job.output.path, exist_ok=True)

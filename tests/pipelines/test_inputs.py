@@ -90,3 +90,21 @@ def test_csv_files_with_another_header_are_refused_in_one_line(tmp_path):
         job_io.csv_header(str(tmp_path / "*.csv"))
     (tmp_path / "b.csv").write_text("ts,user,region\n2026-01-05T00:00:00Z,u2,eu-west\n")
     assert job_io.csv_header(str(tmp_path / "*.csv")) == ["ts", "user", "region"]
+
+
+def test_a_binary_file_in_a_text_input_is_refused_in_one_line(tmp_path):
+    """A gzip file without its .gz suffix, or a Parquet file matched by a JSON lines glob, was
+    read as a few garbage lines hiding all its records (second adversary review)."""
+    import gzip
+
+    from pipelines import io as job_io
+    (tmp_path / "a.jsonl").write_text('{"ts": "2026-01-05T00:00:00Z"}\n')
+    with gzip.open(tmp_path / "b.jsonl", "wt") as handle:
+        handle.write('{"ts": "2026-01-05T00:00:00Z"}\n')
+    with pytest.raises(ValueError, match=r"^`input.path` must be text files .*b\.jsonl'\.$"):
+        job_io.check_text_files(str(tmp_path / "*.jsonl"))
+    os.rename(tmp_path / "b.jsonl", tmp_path / "b.jsonl.gz")  # named as what it is: read
+    job_io.check_text_files(str(tmp_path / "*.jsonl*"))
+    pq.write_table(pa.Table.from_pylist([{"ts": 1}]), tmp_path / "c.jsonl")
+    with pytest.raises(ValueError, match=r"c\.jsonl"):
+        job_io.check_text_files(str(tmp_path / "*.jsonl"))
