@@ -442,11 +442,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
              f"mechanism keeps {MIN_STATE_BYTES_PER_KEY})", state_budget)
 
     postprocess = raw.get("postprocess")
-    if postprocess not in (None, "nonnegative") or (postprocess and transform in ("mean",
-                                                                                 "release")):
-        fail("postprocess", "absent, or 'nonnegative' (not for transform mean, whose values "
-                            "are clamped already, nor release, whose totals may be negative)",
-             postprocess)
+    if postprocess not in (None, "nonnegative"):  # which transforms take it: the transform's
+        fail("postprocess", "absent, or 'nonnegative'", postprocess)  # rule (nonnegative_truth)
     confidence = raw.get("confidence", 0.95)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
             0 < confidence < 1):

@@ -50,10 +50,16 @@ def tree_increment_weights(mechanism) -> List[np.ndarray]:
 
 
 def increment_weights(mechanism) -> Tuple[str, object]:
-    """("coefficients", d) for a Toeplitz left factor, else ("weights", [row weights])."""
-    if hasattr(mechanism, "left_coefficients"):
-        return "coefficients", toeplitz_increments(mechanism.left_coefficients())
-    return "weights", tree_increment_weights(mechanism)
+    """("coefficients", d) for a Toeplitz left factor, else ("weights", [row weights]);
+    cached per mechanism (the variance and the half-width both read it)."""
+    found = mechanism._cache.get("increment_weights")
+    if found is None:
+        if hasattr(mechanism, "left_coefficients"):
+            found = "coefficients", toeplitz_increments(mechanism.left_coefficients())
+        else:
+            found = "weights", tree_increment_weights(mechanism)
+        mechanism._cache["increment_weights"] = found
+    return found
 
 
 def increment_variance(mechanism) -> np.ndarray:

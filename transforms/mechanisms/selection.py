@@ -133,18 +133,8 @@ def _noise(mechanism) -> _Noise:
 
 
 def _golden_minimum(exponent, shape) -> np.ndarray:
-    """Element-wise min over f in (0, 1) of a convex exponent(f) (golden section); every value
-    returned is the exponent at some f, so any use of it as a bound is valid."""
-    lo, hi = np.full(shape, 1e-9), np.full(shape, 1.0 - 1e-9)
-    ratio = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = exponent(a), exponent(b)
-    for _ in range(_GOLDEN):
-        left = fa < fb
-        hi, lo = np.where(left, b, hi), np.where(left, lo, a)
-        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        fa, fb = exponent(a), exponent(b)
-    return np.minimum(fa, fb)
+    """`tails._golden_minimum` with _GOLDEN iterations (a tighter bracket for the exponent)."""
+    return tails._golden_minimum(exponent, shape, _GOLDEN)
 
 
 def _chernoff(noise: _Noise, s: np.ndarray) -> np.ndarray:

@@ -830,15 +830,16 @@ def laplace_equal_weights_chernoff(terms: np.ndarray, alpha: float) -> np.ndarra
                            terms.shape)
 
 
-def _golden_minimum(width, shape) -> np.ndarray:
-    """Element-wise minimum over frac in (0, 1) of a convex width(frac) (golden section)."""
+def _golden_minimum(width, shape, iterations: int = 50) -> np.ndarray:
+    """Element-wise minimum over frac in (0, 1) of a convex width(frac) (golden section);
+    every value returned is width at some frac, so any use of it as a bound is valid."""
     lo = np.full(shape, 1e-9)
     hi = np.full(shape, 1.0 - 1e-9)
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
     a = hi - ratio * (hi - lo)
     b = lo + ratio * (hi - lo)
     wa, wb = width(a), width(b)
-    for _ in range(50):  # bracket 0.618^50 = 4e-11 of (0, 1)
+    for _ in range(iterations):  # bracket 0.618^50 = 4e-11 of (0, 1) by default
         left = wa < wb
         hi = np.where(left, b, hi)
         lo = np.where(left, lo, a)
