@@ -32,6 +32,7 @@ TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999 (what timestamp
 MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
+SELECTING = ("count", "sum", "count_distinct")  # transforms that may select their keys
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
 DEMO_PREFIX = "demo:"
@@ -148,12 +149,15 @@ class PrivacySpec:
     rho: Optional[float] = None
     delta: Optional[float] = None
     noise: str = "discrete"
+    selection_delta: Optional[float] = None  # no public keys: the delta selection spends
 
     @property
     def budget(self) -> Dict[str, float]:
-        """epsilon / rho / delta as given (the transform resolves them to a PrivacyBudget)."""
+        """epsilon / rho / delta (/ selection_delta) as given (the transform resolves them to
+        a PrivacyBudget and, without public keys, the selection's delta)."""
         return {k: v for k, v in (("epsilon", self.epsilon), ("rho", self.rho),
-                                  ("delta", self.delta)) if v is not None}
+                                  ("delta", self.delta),
+                                  ("selection_delta", self.selection_delta)) if v is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +207,7 @@ class JobConfig:
     steps: StepsSpec
     privacy: PrivacySpec
     bounds: Dict[str, Any]            # the transform's registry bounds, defaults filled in
-    public_keys: List[Any]
+    public_keys: Optional[List[Any]]  # None: keys selected privately (docs/selection.md)
     mechanism: MechanismSpec
     confidence: float
     secret: SecretSpec
@@ -369,7 +373,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                                                "reach its release before it is due)", lateness)
     timing["allowed_lateness_seconds"] = float(lateness)
 
-    privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise")))
+    privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise",
+                                                         "selection_delta")))
     noise = privacy.pop("noise", "discrete")
     if noise not in ("discrete", "float"):
         fail("privacy.noise", "one of 'discrete' (exact integer noise, the default), 'float' "
@@ -380,8 +385,16 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
              privacy)
     for name, value in privacy.items():
         _positive_number(f"privacy.{name}", value)
-    if "delta" in privacy and ("rho" in privacy or not privacy["delta"] < 1):
-        fail("privacy.delta", "a number in (0, 1) given with epsilon", privacy["delta"])
+    selects = registry.SPECS[transform].single_key is None and \
+        raw.get("public_keys") is None and raw.get("public_keys_file") is None
+    if "delta" in privacy and (("rho" in privacy and not selects) or not privacy["delta"] < 1):
+        fail("privacy.delta", "a number in (0, 1) given with epsilon (with rho: only when "
+                              "public_keys are not given, as the selection's delta)",
+             privacy["delta"])
+    if "selection_delta" in privacy and not (selects and privacy["selection_delta"] < 1):
+        fail("privacy.selection_delta", "a number in (0, 1), given only when public_keys are "
+                                        "not (the delta private key selection spends)",
+             privacy["selection_delta"])
 
     allowed_bounds = BOUNDS[transform]
     bounds_raw = _section(raw.get("bounds") or {}, "bounds", tuple(allowed_bounds),
@@ -412,6 +425,11 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
             fail("public_keys", f"absent for {transform} (its one key is {single_key!r})",
                  raw.get("public_keys") or raw.get("public_keys_file"))
         keys = [single_key]
+    elif selects:  # keys selected privately (docs/selection.md)
+        if transform not in SELECTING:
+            fail("public_keys", f"given for {transform} (keys are selected privately only by "
+                                f"{', '.join(SELECTING)})", None)
+        keys = None
     else:
         keys = _public_keys(raw, base_dir)
         key_type = types.get("key", "id")

@@ -319,6 +319,12 @@ def write_records(records, job: job_config.JobConfig, prefix: str) -> list:
 def released_stddevs(folder: str) -> list:
     """The `stddev` of every record written under `folder` (public: data-independent), read
     from one format (the others hold the same records)."""
+    return released_column(folder, "stddev", float)
+
+
+def released_column(folder: str, name: str, kind=str) -> list:
+    """Column `name` of every record written under `folder` (public: the records are), read
+    from one format (the others hold the same records); CSV cells through `kind`."""
     import pyarrow.parquet as pq
     for fmt in ("parquet", "jsonl", "csv"):
         paths = sorted(m.path for m in FileSystems.match(
@@ -330,13 +336,13 @@ def released_stddevs(folder: str) -> list:
             with FileSystems.open(path) as handle:
                 data = handle.read()
             if fmt == "parquet":
-                values += pq.read_table(pa_buffer(data), columns=["stddev"]).column(
-                    "stddev").to_pylist()
+                values += pq.read_table(pa_buffer(data), columns=[name]).column(
+                    name).to_pylist()
             elif fmt == "jsonl":
-                values += [json.loads(line)["stddev"] for line in data.decode().splitlines()
+                values += [json.loads(line)[name] for line in data.decode().splitlines()
                            if line.strip()]
             else:
-                values += [float(row["stddev"]) for row in
+                values += [kind(row[name]) for row in
                            csv.DictReader(data.decode().splitlines())]
         return values
     return []

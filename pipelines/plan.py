@@ -142,6 +142,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sum-share", type=_positive_float("sum-share", below_one=True),
                    help="the mean's sum part's share of the budget (default: the worst-case "
                         "optimum)")
+    p.add_argument("--selection-delta", type=_positive_float("selection-delta", below_one=True),
+                   help="plan private key selection (no public keys) spending this delta on "
+                        "top of the budget above (docs/selection.md): the threshold of the "
+                        "recommended mechanism and when keys get selected")
+    p.add_argument("--rate", type=_positive_float("rate"), action="append",
+                   help="with --selection-delta: a key's running total per step (value units); "
+                        "prints the step by which it is selected with probability >= 1/2 "
+                        "(repeat; default: four rates from the threshold)")
     p.add_argument("--top", type=_positive_int("top"),
                    help="print only the N best rows (default: all)")
     p.add_argument("--json", action="store_true",
@@ -153,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
 # the options a config sets (`--config` takes none of them); None / False: not given
 CONFIG_SETS = ("horizon", "epsilon", "rho", "delta", "max_contributions", "interval_bound",
                "max_keys_per_unit", "split", "metric", "noise", "max_state_bytes_per_key",
-               "mean_max_value", "value_resolution", "sum_share")
+               "mean_max_value", "value_resolution", "sum_share", "selection_delta")
 DEFAULTS = {"max_contributions": 1, "max_keys_per_unit": 1, "metric": "max",
             "noise": "discrete", "max_state_bytes_per_key": DEFAULT_MAX_STATE_BYTES_PER_KEY}
 
@@ -276,6 +284,7 @@ class StreamPlan:
     privacy: dict
     best: object
     rows: list
+    selection: Optional[dict] = None  # --selection-delta: `selection_plan`
 
     @property
     def scale(self) -> float:
@@ -304,7 +313,68 @@ def plan_stream(args, privacy: dict) -> StreamPlan:
                           f"with --mean-max-value (a sum has no grid then); got "
                           f"{args.value_resolution}.")
     best, rows = calibrated_rows(args, privacy)
-    return StreamPlan(args, privacy, best, rows)
+    plan = StreamPlan(args, privacy, best, rows)
+    if args.selection_delta is not None:
+        plan.selection = selection_plan(key_mechanism(args, privacy, best), args,
+                                        args.selection_delta)
+    return plan
+
+
+def key_mechanism(args, privacy: dict, row):
+    """The key mechanism of `row` as the release calibrates it (split or joint), zero noise."""
+    from transforms.calibration import SPLIT, calibrate, full_privacy, split_privacy
+    from transforms.mechanisms import ConstantNoiseSource, make
+    from transforms.mechanisms.privacy import PrivacyBudget
+    from transforms.streams.records import Declaration
+    k, m, d = args.max_contributions, args.max_keys_per_unit, args.interval_bound
+    declaration = Declaration(d, k, m, "unit", joint_mass=None if args.split else k)
+    budget = PrivacyBudget.resolve(**privacy)
+
+    def build(key_privacy):
+        return make(row.mechanism, args.horizon, **key_privacy, max_contributions=k,
+                    interval_bound=d, noise_source=ConstantNoiseSource(0.0), noise=args.noise,
+                    **row.params)
+    if row.calibration == SPLIT:
+        return build(split_privacy(declaration, budget))
+    return build(calibrate(build(full_privacy(budget)), declaration, budget,
+                           row.sensitivity).key_privacy)
+
+
+def selection_plan(mechanism, args, delta: float, tau: Optional[float] = None) -> dict:
+    """Private key selection with `mechanism` (docs/selection.md): its threshold tau for
+    `delta` (or the job's own `tau`), in value units, and for each rate (value units per
+    step; default four rates from tau) the step by which a key growing at that rate is
+    selected with probability >= 1/2 (None: not within the horizon)."""
+    from transforms.mechanisms.selection import (expected_selection_step, selection_delta,
+                                                 selection_threshold)
+    m, bound = args.max_keys_per_unit, args.interval_bound
+    if tau is None:
+        tau = selection_threshold(mechanism, m, bound, delta)
+    scale = args.value_resolution or 1.0
+    rates = args.rate or [float(f"{tau * scale / args.horizon * f:.2g}")
+                          for f in (1.5, 3.0, 6.0, 12.0)]
+    return {"delta": delta, "max_keys_per_unit": m, "contribution_bound": bound * scale,
+            "threshold": tau * scale,
+            "delta_spent": selection_delta(mechanism, tau, m, bound),
+            "selected_by": [{"rate": rate, "step": expected_selection_step(
+                mechanism, tau, rate / scale)} for rate in rates]}
+
+
+def selection_text(selection: dict) -> str:
+    rates = selection["selected_by"]
+    cells = [(f"{r['rate']:g}", "never" if r["step"] is None else str(r["step"]))
+             for r in rates]
+    width = max(len(c) for pair in cells for c in pair) + 2
+    return "\n".join([
+        f"Key selection (no public keys; docs/selection.md): delta {selection['delta']:g} on "
+        f"top of the budget, one unit on at most {selection['max_keys_per_unit']} key(s) with "
+        f"a running total of at most {selection['contribution_bound']:g} each",
+        f"  threshold {selection['threshold']:g}: a key is published from the first step its "
+        f"noisy running total reaches it (delta(threshold) = {selection['delta_spent']:.3g})",
+        "  a key whose running total grows by r per step is selected by step s with "
+        "probability >= 1/2:",
+        "    r per step" + "".join(f"{a:>{width}}" for a, _ in cells),
+        "    step s    " + "".join(f"{b:>{width}}" for _, b in cells)])
 
 
 def row_json(row, budget: int, noise: str, scale: float = 1.0) -> dict:
@@ -326,7 +396,8 @@ def stream_json(plan: StreamPlan) -> dict:
             "interval_bound": args.interval_bound, "metric": args.metric,
             "max_state_bytes_per_key": budget, "value_resolution": args.value_resolution,
             "rows": [row_json(r, budget, args.noise, plan.scale) for r in plan.shown()],
-            "recommended": row_json(plan.best, budget, args.noise, plan.scale)}
+            "recommended": row_json(plan.best, budget, args.noise, plan.scale),
+            **({"selection": plan.selection} if plan.selection is not None else {})}
 
 
 def stream_text(plan: StreamPlan) -> str:
@@ -362,6 +433,8 @@ def stream_text(plan: StreamPlan) -> str:
     if over:
         lines.append(f"Not recommended, over the per-key state budget of {budget:,} B "
                      f"(--max-state-bytes-per-key): {', '.join(over)}")
+    if plan.selection is not None:
+        lines += ["", selection_text(plan.selection)]
     return "\n".join(lines)
 
 
@@ -541,6 +614,11 @@ def plan_config(args) -> dict:
                 rows["sum"]["max_se"], rows["count"]["max_se"], plan.args.mean_max_value)}
         else:
             runs = runs_row(plan, names, params, chosen, transform if not label else None)
+            if getattr(transform, "selects", False):  # the job's own mechanism and tau
+                from transforms.mechanisms import ConstantNoiseSource
+                plan.selection = selection_plan(
+                    transform.config.build(noise_source=ConstantNoiseSource(0.0)),
+                    plan.args, transform.selection["delta"], transform.selection["threshold"])
         streams.append({"label": label, "command": " ".join([COMMAND, *arguments]),
                         "plan": plan, "runs": runs})
     return {"config": args.config, "job": job.job, "transform": job.transform,

@@ -48,7 +48,9 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
             + (["--max-keys-per-unit", str(keys)] if keys > 1 else [])
             + (["--split"] if keys > 1 and declaration.get("joint_mass") is None else [])
             + (["--value-resolution", _number(scale)] if scale != 1.0 else [])
-            + noise + state)
+            + noise + state
+            + (["--selection-delta", _number(descriptor["selection"]["delta"])]
+               if descriptor.get("selection") else []))
 
 
 COMMAND = "python3 -m pipelines.plan"

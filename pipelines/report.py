@@ -19,6 +19,7 @@ import argparse
 import datetime
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -119,7 +120,8 @@ def check_truth(rows: List[dict], descriptor, transform) -> None:
                          f"{transform.steps.horizon}.")
     keys = {str(r["key"]) for r in rows}
     from transforms.release import key_text
-    missing = sorted(keys - {key_text(k) for k in transform.public_keys})
+    missing = [] if transform.public_keys is None else sorted(
+        keys - {key_text(k) for k in transform.public_keys})
     if missing:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
                          f"keys include {missing[0]!r}); got other public keys.")
@@ -146,6 +148,10 @@ def true_totals(config_path: str, rows: List[dict] = None,
                       secret=job_config.SecretSpec(insecure=True))
     from transforms.release import NoNoise
     transform = job_run.build_transform(job, noise_source=NoNoise())
+    if transform.selects:  # the truth of every key with data, from its first data on
+        import dataclasses
+        transform.config = dataclasses.replace(transform.config,
+                                               selection_threshold=-math.inf)
     if rows is not None:
         check_truth(rows, descriptor, transform)
     try:
@@ -159,10 +165,13 @@ def true_totals(config_path: str, rows: List[dict] = None,
 
 
 def _series(rows, field) -> Dict[str, List[float]]:
+    """{key: its `field` at steps 0, 1, ...}; a key selected privately has records from its
+    first step with data on: the true total before it is 0."""
     out: Dict[str, Dict[int, float]] = {}
     for row in rows:
         out.setdefault(row["key"], {})[row["step"]] = row[field]
-    return {key: [steps[s] for s in sorted(steps)] for key, steps in out.items()}
+    return {key: [steps.get(s, 0.0) for s in range(max(steps) + 1)]
+            for key, steps in out.items()}
 
 
 def budget_label(row: dict) -> str:

@@ -380,11 +380,32 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
     return {"release_id": transform.release_id, "private": transform.private,
             "transform": job.transform, **transform.summary(), "why": chosen,
             "max_se": max_se,
-            "records": records, "public_keys": len(job.public_keys),
-            "steps": job.steps.horizon,
+            "records": records, "steps": job.steps.horizon,
+            **_keys_summary(transform, job, public_folder),
             "records_path": os.path.join(shown, records_prefix) + "-*."
                             + "{" + ",".join(job.output.formats) + "}",
             "manifest": os.path.join(shown, "release.json")}
+
+
+def _keys_summary(transform, job, public_folder: str) -> dict:
+    """The public keys' count, or, keys selected privately, the rule and how many keys the
+    records hold (public: they are the published keys)."""
+    if job.public_keys is not None:
+        return {"public_keys": len(job.public_keys)}
+    published = len(set(io.released_column(public_folder, "key")))
+    return {"public_keys": None, "selected_keys": published,
+            "selection": {k: transform.selection[k] for k in (
+                "threshold", "delta", "max_keys_per_unit", "contribution_bound")}}
+
+
+def keys_text(public: dict, scale: float = 1.0) -> str:
+    """"6 public key(s)", or the keys selected privately and their rule."""
+    if public.get("public_keys") is not None:
+        return f"{public['public_keys']} public key(s)"
+    rule = public["selection"]
+    return (f"{public['selected_keys']} key(s) selected privately (a key is published from "
+            f"the first step its noisy running total reaches {rule['threshold'] * scale:g}; "
+            f"selection delta {rule['delta']:g})")
 
 
 def budget_text(budget: dict) -> str:
@@ -411,7 +432,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
     lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
              f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
-             f"{public['public_keys']} public key(s), noise {public['noise']}, {error}"]
+             f"{keys_text(public, transform.value_scale)}, noise {public['noise']}, {error}"]
     if scheduled:
         lines.append(f"release {public['release_id']}: steps released {public['released_before']}"
                      f" -> {public['released_after']} of {job.steps.horizon} "
@@ -423,7 +444,8 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
                      f"before)")
     every = "every released step" if scheduled else "every step"
     lines += [f"records:      {public['records_path']} ({public['records']} records: every "
-              f"public key at {every})",
+              + ("public key at " if public.get("public_keys") is not None else
+                 "selected key from its selection step on, at ") + f"{every})",
               f"manifest:     {public['manifest']}"]
     if scheduled:
         lines += [f"checkpointed records: {pattern}" for pattern in public["checkpointed"]]
@@ -467,6 +489,9 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
                              if k.startswith("truncated_by_")},
                "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
                "kept_public_keys": counters.get("kept_public_keys", 0),
+               **({"keys_with_data": counters["selection_keys_with_data"],
+                   "keys_selected": counters.get("selection_keys_published", 0)}
+                  if "selection_keys_with_data" in counters else {}),
                **commit.dead_letters_by_code(operator_folder)}
     if job is not None:
         summary["truncation_warning"] = truncation_warning(summary, job, config_path)
@@ -537,6 +562,9 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
                      f" %) cut by the contribution bounds"
                      + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
                         if truncated else ""))
+    if "keys_with_data" in summary:  # keys selected privately
+        parts.append(f"{summary['keys_with_data']} keys with data, {summary['keys_selected']} "
+                     f"of them selected")
     dead = summary["dead_letters"]
     shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4])
     more = f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else ""

@@ -26,13 +26,15 @@ from typing import Any, Dict, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import stages
 from transforms.mechanisms.base import EXACT_LIMIT, counter_state
-from transforms.messages import (DEAD_LETTER, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
+from transforms.mechanisms.selection import first_selected
+from transforms.messages import (DEAD_LETTER, METRICS, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
                                  MICRO, UNIT_STATES, Released, StageOutput, StepWindow,
                                  add_exact, count_dropped, dead_letter, empty)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
@@ -174,6 +176,14 @@ class _ReleaseKeysFn(beam.DoFn):
 
     def __init__(self, config: ReleaseConfig, window: StepWindow):
         self.config, self.window = config, window
+        # no public keys: keys are selected privately (`transforms.mechanisms.selection`)
+        self.tau = config.selection_threshold
+        self.selects = self.tau is not None
+        # operator-only: keys with data (a private count) and keys selected, so far
+        self.with_data = self.published = None
+        if config.diagnostics:
+            self.with_data = Metrics.counter(METRICS, "selection_keys_with_data")
+            self.published = Metrics.counter(METRICS, "selection_keys_published")
 
     def setup(self):
         self.maker = RecordMaker(self.config)
@@ -182,7 +192,9 @@ class _ReleaseKeysFn(beam.DoFn):
 
     def process(self, item, window=beam.DoFn.WindowParam):
         key, grouped = item
-        if list(grouped["seed"]):  # else not a public key: no output, whatever its data or state
+        if self.selects:  # every key with data (or a state: it had data in a run before)
+            yield from self._release(key, grouped, window)
+        elif list(grouped["seed"]):  # else not a public key: no output, whatever its data
             yield from self._release(key, grouped, window)
 
     def _release(self, key, grouped, window=None):
@@ -191,11 +203,17 @@ class _ReleaseKeysFn(beam.DoFn):
         if len(saved) > 1:
             fail("key states", f"one per key (key {key_text(key)!r} has {len(saved)})",
                  len(saved))
+        start = selected = None  # selection: the key's first step with data, its selection
         if saved:
-            data, halted = saved[0]
+            if self.selects:
+                data, halted, start, selected = saved[0]
+            else:
+                data, halted = saved[0]
             state = self.maker.restore(key, data)
-        elif first == 0:
+        elif first == 0 or self.selects:  # a selected key's stream from step 0, as public
             state, halted = self.maker.mechanism.init_state(), None
+            if first:  # its first data is in this run: no data before (its noise only)
+                _, state = self.maker.for_key(key).advance(state, np.zeros(first))
         else:
             raise RuntimeError(f"no saved state for public key {key_text(key)!r}")
         if state.steps != first:
@@ -208,6 +226,8 @@ class _ReleaseKeysFn(beam.DoFn):
             for step, value in values.items():
                 if step not in halts:  # a halted step's sum is not added (as one StepTotal)
                     x[step - first] += value
+            if values and start is None:  # a kept contribution starts the key (any value)
+                start = min(values)
         maker = self.maker
         over = maker.exact_halt(state, x)  # exact totals: None unless a total reaches 2^53
         if over is not None:
@@ -228,17 +248,30 @@ class _ReleaseKeysFn(beam.DoFn):
                 halted = first + over
                 yield dead_letter(key, maker.limit_reason(key, halted))
         stamps = self._stamps
+        if self.selects and selected is None and start is not None:
+            count = len(outputs) if halted is None else max(0, min(len(outputs), halted - first))
+            found = first_selected(outputs[:count], self.tau, max(start - first, 0))
+            selected = None if found is None else first + found
         for offset, value in enumerate(outputs):
             step = first + offset
             if halted is not None and step >= halted:
                 break
+            if self.selects and (selected is None or step < selected):
+                previous = float(value)  # not published: the key is not selected yet
+                continue
             record = self.maker.record(key, step, float(value), previous)
             previous = float(value)
             if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
                 yield WindowedValue(record, stamps[step], GLOBAL_WINDOWS)
             else:
                 yield TimestampedValue(record, stamps[step])
-        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (self.maker.seal(key, state), halted)))
+        if self.selects and self.with_data is not None:  # operator-only (private counts)
+            self.with_data.inc()
+            if selected is not None:
+                self.published.inc()
+        sealed = self.maker.seal(key, state)
+        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (sealed, halted, start, selected)
+                                                    if self.selects else (sealed, halted)))
 
 
 class TruncateUnits(beam.PTransform):
@@ -295,10 +328,11 @@ class ReleaseKeys(beam.PTransform):
     (no record for it or later; the halt step is kept in its state) with an "exact totals"
     dead letter. Records carry the event time of their step's end (minus 1 us)."""
 
-    def __init__(self, config: ReleaseConfig, public_keys: Sequence,
+    def __init__(self, config: ReleaseConfig, public_keys: Optional[Sequence],
                  window: Optional[StepWindow] = None, resume_states=None):
         super().__init__()
-        self.config, self.public_keys = config, list(public_keys)
+        # None: keys are selected privately (config.selection_threshold; every key with data)
+        self.config, self.public_keys = config, public_keys and list(public_keys)
         self.window = window or StepWindow.whole(config.steps)
         self.resume_states = resume_states
 
@@ -306,7 +340,8 @@ class ReleaseKeys(beam.PTransform):
         pipeline = totals.pipeline
         states = self.resume_states if self.resume_states is not None else empty(
             pipeline, "NoSavedStates")
-        seeds = (pipeline | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
+        keys = [] if self.public_keys is None else self.public_keys
+        seeds = (pipeline | "PublicKeys" >> beam.Create(keys, reshuffle=False)
                  | "SeedEveryKey" >> beam.Map(lambda key: (key, None)).with_output_types(KEYED))
         out = ({"totals": totals, "state": states, "seed": seeds}
                | "GroupByKey" >> beam.CoGroupByKey()
@@ -327,9 +362,13 @@ def release_bounded(events, problem: Problem, config: ReleaseConfig, public_keys
     # (key, KeySums wire tuple) per key and bundle + unit states + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> SumPerKey()
     # (key, ({step: exact total}, (halt steps))), one per key
-    public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
+    if public_keys is None:  # keys selected privately: every key with data
+        public = totals
+    else:
+        public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
     # the same, of public keys only
     released = public | "ReleasePerKey" >> ReleaseKeys(config, public_keys, window, key_states)
-    # records, one per public key and step + key states (key, (sealed bytes, halt step))
+    # records, one per public (or selected) key and step + key states (key, (sealed bytes,
+    # halt step), selecting: (sealed bytes, halt step, first step with data, selection step))
     return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
                                     released.dead_letters], truncated.states, released.states)

@@ -33,6 +33,7 @@ from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEA
                                            STATE_BUDGET, check_state_budget,
                                            over_budget_condition)
 from transforms.mechanisms.privacy import PrivacyBudget
+from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
 from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
@@ -54,6 +55,57 @@ UNJOINED = "0" * 32  # the release id of a part until its composite gives it its
 
 POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
 
+def _checked_public_keys(public_keys) -> list:
+    keys = list(public_keys) if public_keys is not None else []
+    if not keys or not all(is_id(k) for k in keys):  # the one id rule, as events' keys
+        check.fail("public_keys", "a non-empty list of ids (non-empty str of Unicode text, "
+                                  "int or tuple keys)", public_keys)
+    if len(set(keys)) != len(keys):
+        check.fail("public_keys", "free of duplicates", public_keys)
+    texts = [key_text(k) for k in keys]
+    if len(set(texts)) != len(texts):
+        clash = sorted({t for t in texts if texts.count(t) > 1})
+        check.fail("public_keys", "distinct when written as text (records carry the key "
+                                  "as text)", clash)
+    return keys
+
+
+def _selection_budget(selects: bool, epsilon, rho, delta, selection_delta):
+    """(the delta key selection spends or None, the delta left to the counting budget).
+
+    Selection costs delta only (docs/selection.md): under epsilon alone or rho it is
+    `selection_delta` (with rho, `delta` may name it); under (epsilon, delta) it is a part of
+    delta (default half) and the key budget's conversion gets the rest."""
+    if not selects:
+        if selection_delta is not None:
+            check.fail("selection_delta", "None when public_keys are given (only a release "
+                                          "that selects its keys spends it)", selection_delta)
+        return None, delta
+    if rho is not None:
+        if delta is not None and selection_delta is not None:
+            check.fail("selection_delta", "None when `delta` is given with `rho` (under zCDP "
+                                          "`delta` is the selection's)", selection_delta)
+        given = selection_delta if selection_delta is not None else delta
+        if given is None:
+            check.fail("delta", "given with `rho` when public_keys are not (selecting keys "
+                                "privately spends a delta, e.g. delta=1e-6)", None)
+        return check.open_unit_interval("delta", given), None
+    if delta is None:
+        if selection_delta is None:
+            check.fail("selection_delta", "given when public_keys are not and the budget is "
+                                          "epsilon alone (selecting keys privately spends a "
+                                          "delta, e.g. selection_delta=1e-6)", None)
+        return check.open_unit_interval("selection_delta", selection_delta), None
+    delta = check.open_unit_interval("delta", delta)
+    if selection_delta is None:
+        return delta / 2.0, delta / 2.0
+    chosen = check.open_unit_interval("selection_delta", selection_delta)
+    if not chosen < delta:
+        check.fail("selection_delta", f"below delta ({delta:g}: the rest converts the key "
+                                      f"budget)", chosen)
+    return chosen, delta - chosen
+
+
 class ContinualResult(NamedTuple):
     """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
@@ -66,9 +118,11 @@ class ContinualBase(beam.PTransform):
     """Shared construction, validation, display data and the release half of the pipeline."""
 
     nonnegative_truth = True  # every true running total is >= 0 (`postprocess` may clamp)
+    selects_keys = False  # may run without public keys (private key selection)
 
-    def __init__(self, *, steps: TimeSteps, public_keys: Sequence, epsilon=None, rho=None,
-                 delta=None, mechanism: str = "auto", mechanism_params: Optional[dict] = None,
+    def __init__(self, *, steps: TimeSteps, public_keys: Optional[Sequence] = None,
+                 epsilon=None, rho=None, delta=None, selection_delta=None,
+                 mechanism: str = "auto", mechanism_params: Optional[dict] = None,
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
                  release_id: Optional[str] = None, diagnostics: bool = False,
@@ -94,18 +148,16 @@ class ContinualBase(beam.PTransform):
         if not isinstance(steps, TimeSteps):
             check.fail("steps", "a TimeSteps(origin, size, horizon)", steps)
         self.steps = steps
-        keys = list(public_keys) if public_keys is not None else []
-        if not keys or not all(is_id(k) for k in keys):  # the one id rule, as events' keys
-            check.fail("public_keys", "a non-empty list of ids (non-empty str of Unicode text, "
-                                      "int or tuple keys)", public_keys)
-        if len(set(keys)) != len(keys):
-            check.fail("public_keys", "free of duplicates", public_keys)
-        texts = [key_text(k) for k in keys]
-        if len(set(texts)) != len(texts):
-            clash = sorted({t for t in texts if texts.count(t) > 1})
-            check.fail("public_keys", "distinct when written as text (records carry the key "
-                                      "as text)", clash)
-        self.public_keys = keys
+        # keys selected privately when none are listed (`transforms.mechanisms.selection`)
+        self.selects = public_keys is None
+        if self.selects and not self.selects_keys:
+            check.fail("public_keys", f"a non-empty list of ids for {type(self).__name__} "
+                                      f"(keys are selected privately only by ContinualCount, "
+                                      f"ContinualSum and ContinualCountDistinct)", public_keys)
+        self.public_keys = None if self.selects else _checked_public_keys(public_keys)
+        self._given_delta = delta
+        self.selection_delta, delta = _selection_budget(self.selects, epsilon, rho, delta,
+                                                        selection_delta)
         self.budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
         check.one_of("mechanism", mechanism, ("auto",) + NAMES)
         self.mechanism_name = mechanism
@@ -157,6 +209,10 @@ class ContinualBase(beam.PTransform):
         # unbounded input: the folder of the release's checkpoints (`stream_checkpoint`), and
         # this job graph's execution id there (its unit log folder, named in its step claims)
         self.checkpoint = checkpoint
+        if checkpoint is not None and self.selects:
+            check.fail("checkpoint", "None for a release that selects its keys (its step files "
+                                     "wait for every public key's record: a checkpointed "
+                                     "streaming release needs public_keys)", checkpoint)
         self.execution = secrets.token_hex(8) if checkpoint is not None else None
         self.problem = self.make_problem()
         self.config = self._release_config()
@@ -248,7 +304,13 @@ class ContinualBase(beam.PTransform):
                             "max_contributions": declaration.max_contributions,
                             "keys_per_unit": declaration.keys_per_unit,
                             "joint_mass": declaration.joint_mass},
-            "value_scale": self.value_scale, "public_keys": public_key_digest(self.public_keys)}
+            "value_scale": self.value_scale,
+            "public_keys": None if self.selects else public_key_digest(self.public_keys)}
+        if self.selects:  # the rule, never the keys it selects (they depend on the data)
+            self.selection = self._selection(resolved)
+            self.descriptor["selection"] = self.selection
+            total = self.budget_spent  # records state the whole guarantee; the descriptor's
+            # budget stays the counting budget (plan commands calibrate with it)
         if self.postprocess is not None:  # (absent otherwise: the digests of releases before)
             self.descriptor["postprocess"] = self.postprocess
         digest = descriptor_digest(self.descriptor)
@@ -277,13 +339,25 @@ class ContinualBase(beam.PTransform):
             integer_values=resolved.integer_release,
             secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version,
             allowed_lateness_seconds=self.allowed_lateness_seconds,
-            nonnegative=self.postprocess == "nonnegative")
+            nonnegative=self.postprocess == "nonnegative",
+            selection_threshold=self.selection["threshold"] if self.selects else None)
+
+    def _selection(self, mechanism) -> dict:
+        """The selection rule of a release without public keys (`mechanism`: the key
+        mechanism as calibrated): tau from m, K and the selection delta alone."""
+        declaration = self.problem.declaration
+        m, bound = declaration.keys_per_unit, declaration.interval_bound
+        tau = key_selection.selection_threshold(mechanism, m, bound, self.selection_delta)
+        return {"threshold": tau, "delta": self.selection_delta, "max_keys_per_unit": m,
+                "contribution_bound": bound,
+                "delta_spent": key_selection.selection_delta(mechanism, tau, m, bound)}
 
     def display_data(self):
         data = {"mechanism": self.config.mechanism,
                 "mechanism_params": json.dumps(dict(self.config.params), sort_keys=True),
                 "horizon": self.steps.horizon, "step_seconds": self.steps.size,
-                "origin": self.steps.iso(self.steps.origin), "public_keys": len(self.public_keys),
+                "origin": self.steps.iso(self.steps.origin),
+                "public_keys": "selected" if self.selects else len(self.public_keys),
                 "max_contributions": self.config.max_contributions,
                 "interval_bound": self.config.interval_bound,
                 "keys_per_unit": self.config.keys_per_unit, "confidence": self.confidence,
@@ -310,8 +384,14 @@ class ContinualBase(beam.PTransform):
 
     @property
     def budget_spent(self) -> dict:
-        """The release's whole budget (epsilon / rho / delta as resolved)."""
-        return {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
+        """The release's whole budget (epsilon / rho / delta as resolved; a release that
+        selects its keys adds its selection delta)."""
+        spent = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
+        if self.selects:
+            spent["delta"] = self.selection_delta + spent.get("delta", 0.0)
+            if self.budget.delta is not None:  # (epsilon, delta) as given: split, not added
+                spent["delta"] = self._given_delta
+        return spent
 
     def summary(self) -> dict:
         """What the release is, for run summaries (public, data-independent)."""
@@ -517,6 +597,8 @@ class ContinualCount(ContinualBase):
     Each unit (user) contributes at most `max_contributions_per_step` events per step and
     `max_contributions` over the horizon to at most `max_keys_per_unit` keys."""
 
+    selects_keys = True
+
     def __init__(self, *, max_contributions: int = 1, max_contributions_per_step=None,
                  max_keys_per_unit: int = 1, **kwargs):
         self.contribution_bounds = ContributionBounds(max_contributions,
@@ -539,6 +621,8 @@ class ContinualSum(ContinualBase):
     (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
     units of g, so the release is exact integers times g (see docs/privacy.md).
     One unit's total and `max_value` must stay below 2^53 grid units (exact in float64)."""
+
+    selects_keys = True
 
     def __init__(self, *, max_value: float, max_contributions: int = 1,
                  max_contributions_per_step=None, max_keys_per_unit: int = 1,
@@ -574,6 +658,8 @@ class ContinualSum(ContinualBase):
 class ContinualCountDistinct(ContinualBase):
     """Distinct present items per key; elements (op, item, key), op '+' / '-'; item-level
     privacy with flippancy bound `max_flips` (S_{1,k})."""
+
+    selects_keys = True
 
     def __init__(self, *, max_flips: int, max_keys_per_unit: int = 1, semantics="count",
                  **kwargs):

@@ -162,6 +162,10 @@ class ReleaseConfig:
     # `postprocess: nonnegative`: running totals and their intervals clamped at 0 (a count
     # cannot be negative; post-processing, and the truth stays inside a clamped interval)
     nonnegative: bool = False
+    # keys selected privately (no public keys, `transforms.mechanisms.selection`): a key is
+    # published from the first step its released running total reaches this threshold (in
+    # release units); None: the release's keys are public
+    selection_threshold: Optional[float] = None
 
     def __post_init__(self):
         """Refuse a field of the wrong type or value (fail closed: a worker builds the release
@@ -203,6 +207,11 @@ class ReleaseConfig:
         check.boolean("diagnostics", self.diagnostics)
         check.boolean("integer_values", self.integer_values)
         check.boolean("nonnegative", self.nonnegative)
+        tau = self.selection_threshold
+        if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float))
+                                or math.isnan(tau) or tau == math.inf):
+            fail("selection_threshold", "None, a finite number (release units) or -inf (every "
+                                        "key from its first data: the operator's truth)", tau)
         if self.secret_fingerprint is not None and not _is_sha256_hex(self.secret_fingerprint):
             fail("secret_fingerprint", "None or 64 lowercase hex digits (a secret's "
                                        "`fingerprint()`)", self.secret_fingerprint)

@@ -6,7 +6,9 @@
   2,000 users, 6 regions;
 - carts.jsonl: cart updates {"ts", "op", "item", "store"} (items added and removed);
 - graph.jsonl: friendship edge updates {"ts", "op", "a", "b"} on 60 people;
-- signups.jsonl: already-differenced {"ts", "region", "delta"} for ContinualRelease.
+- signups.jsonl: already-differenced {"ts", "region", "delta"} for ContinualRelease;
+- page_views.jsonl: page views {"ts", "user", "page"} over 48 hours, 6,000 users, pages from
+  an open set (a few popular, a long tail nobody lists in advance: key selection).
 Timestamps are ISO-8601 UTC, starting 2026-01-05T00:00:00Z.
 """
 from __future__ import annotations
@@ -86,8 +88,23 @@ def signups(rng):
     return rows
 
 
+def page_views(rng):
+    rows = []
+    popular = 1.0 / np.arange(1, 26) ** 1.1  # 25 popular pages (Zipf), then a long tail
+    popular /= popular.sum()
+    for hour in range(HOURS):
+        for user in np.nonzero(rng.random(6000) < 0.03)[0]:
+            if rng.random() < 0.7:
+                page = int(rng.choice(25, p=popular))
+            else:
+                page = int(rng.integers(25, 5000))
+            rows.append({"ts": iso(hour * 3600 + rng.uniform(0, 3600)),
+                         "user": f"user-{user:04d}", "page": f"/articles/{page:04d}"})
+    return rows
+
+
 GENERATORS = {"active_users": active_users, "carts": carts, "graph": graph,
-              "signups": signups}
+              "signups": signups, "page_views": page_views}
 SEED = 20260105
 
 

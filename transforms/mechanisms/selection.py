@@ -353,7 +353,7 @@ def first_selected(released_values, tau: float, start: int = 0) -> Optional[int]
     >>> first_selected([3.0, 4.0], 10.0) is None
     True
     """
-    tau = _check_tau(tau)
+    tau = tau if tau == -math.inf else _check_tau(tau)  # -inf: every key (operator's truth)
     start = check.integer_at_least("start", start, 0)
     values = np.asarray(released_values, dtype=np.float64).reshape(-1)
     if np.any(np.isnan(values)):
