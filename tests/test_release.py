@@ -68,6 +68,7 @@ REFUSED = {
     "allowed_lateness_seconds": [-1.0, 1800.1, 3600.0, 1e9, float("nan"), float("inf"), True,
                                  "1", None],
     "nonnegative": [1, "True", None],
+    "selection_threshold": [True, "3", float("nan"), float("inf")],
 }
 
 

@@ -62,7 +62,8 @@ CASES = [
     (("public_keys",), [], r"^`public_keys` must be a non-empty list"),
     (("public_keys",), ["a", "a"], r"^`public_keys` must be free of duplicates"),
     (("public_keys",), DELETE, r"^`public_keys` must be given, either as a list or as "
-                               r"public_keys_file"),
+                               r"public_keys_file, or, to select keys privately, "
+                               r"privacy.selection_delta"),
     (("mechanism",), {"name": "magic"}, r"^`mechanism.name` must be one of 'auto'"),
     (("mechanism",), {"name": "auto", "params": {"k": 3}},
      r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
