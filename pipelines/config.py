@@ -391,6 +391,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("privacy.delta", "a number in (0, 1) given with epsilon (with rho: only when "
                               "public_keys are not given, as the selection's delta)",
              privacy["delta"])
+    if selects and transform in SELECTING and "selection_delta" not in privacy and (
+            "delta" not in privacy or "rho" in privacy) and not ("rho" in privacy and
+                                                                 "delta" in privacy):
+        fail("public_keys", "given, either as a list or as public_keys_file, or, to select "
+                            "keys privately, privacy.selection_delta (with epsilon or rho; with "
+                            "epsilon and delta, half of delta by default)", None)
     if "selection_delta" in privacy and not (selects and privacy["selection_delta"] < 1):
         fail("privacy.selection_delta", "a number in (0, 1), given only when public_keys are "
                                         "not (the delta private key selection spends)",
@@ -429,6 +435,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if transform not in SELECTING:
             fail("public_keys", f"given for {transform} (keys are selected privately only by "
                                 f"{', '.join(SELECTING)})", None)
+        if source_kind == "pubsub":
+            fail("public_keys", "given for input.kind 'pubsub' (a streaming job publishes "
+                                "each step once every public key's record is in; selecting "
+                                "keys privately runs in batch and scheduled jobs, and in "
+                                "ContinualCount(...) on unbounded input without a checkpoint)",
+                 None)
         keys = None
     else:
         keys = _public_keys(raw, base_dir)

@@ -531,7 +531,13 @@ def plan_of(args):
     privacy = privacy_from(args)
     if args.horizon > 1 << 24:
         raise _UsageError(f"`horizon` must be <= {1 << 24} for planning; got {args.horizon}.")
+    if args.rate and args.selection_delta is None:
+        raise _UsageError(f"`rate` must come with --selection-delta; got --rate "
+                          f"{args.rate[0]:g} without it.")
     if args.mean_max_value is not None:
+        if args.selection_delta is not None:
+            raise _UsageError(f"`selection-delta` must be left out with --mean-max-value (a "
+                              f"mean needs public keys); got {args.selection_delta:g}.")
         return plan_mean(args, privacy)
     return plan_stream(args, privacy)
 

@@ -64,6 +64,11 @@ CASES = [
     (("public_keys",), DELETE, r"^`public_keys` must be given, either as a list or as "
                                r"public_keys_file, or, to select keys privately, "
                                r"privacy.selection_delta"),
+    (("privacy",), {"epsilon": 1.0, "selection_delta": 1e-6},
+     r"^`privacy.selection_delta` must be a number in \(0, 1\), given only when public_keys "
+     r"are not"),
+    (("privacy",), {"rho": 0.5, "delta": 1e-6},
+     r"^`privacy.delta` must be a number in \(0, 1\) given with epsilon \(with rho: only"),
     (("mechanism",), {"name": "magic"}, r"^`mechanism.name` must be one of 'auto'"),
     (("mechanism",), {"name": "auto", "params": {"k": 3}},
      r"^`mechanism.params` must be empty when mechanism.name is 'auto'"),
@@ -205,3 +210,42 @@ def test_batch_drivers_refuse_a_subscription():
     with pytest.raises(ConfigError, match=r"^`input.kind` must be 'files' for a batch or "
                                           r"scheduled job"):
         io.check_bounded_options((), validate(streamed()))
+
+
+def selecting(**privacy):
+    config = edited(("public_keys",), DELETE)
+    config["privacy"] = privacy
+    return config
+
+
+def test_a_config_without_public_keys_selects_them():
+    """count, sum and count_distinct: without public_keys the keys are selected privately,
+    with privacy.selection_delta (epsilon or rho: required; with epsilon and delta: a part of
+    delta, half by default); the transform's rule has that delta."""
+    from pipelines import run as job_run
+    for privacy, expected in (({"epsilon": 1.0, "selection_delta": 1e-6}, 1e-6),
+                              ({"rho": 0.5, "delta": 1e-6}, 1e-6),
+                              ({"epsilon": 1.0, "delta": 1e-5}, 5e-6)):
+        job = validate(selecting(**privacy))
+        assert job.public_keys is None
+        transform = job_run.build_transform(job)
+        assert transform.selects and transform.selection["delta"] == expected
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"transform": "mean", "bounds": {"max_value": 10},
+      "input": {"path": "demo:active_users.jsonl", "fields": {
+          "timestamp": "ts", "unit": "user", "key": "region", "value": "seconds"}}},
+     r"^`public_keys` must be given for mean \(keys are selected privately only by count, "
+     r"sum, count_distinct\)"),
+    ({"input": {"kind": "pubsub", "subscription": "projects/dp-demo/subscriptions/s",
+                "fields": {"timestamp": "ts", "unit": "user", "key": "region"}}},
+     r"^`public_keys` must be given for input.kind 'pubsub'"),
+    ({"privacy": {"epsilon": 1.0, "selection_delta": 1.5}},
+     r"^`privacy.selection_delta` must be a number in \(0, 1\)"),
+])
+def test_configs_that_cannot_select_keys_are_refused(changes, message):
+    config = selecting(epsilon=1.0, selection_delta=1e-6)
+    config.update(changes)
+    with pytest.raises(ConfigError, match=message):
+        validate(config)

@@ -365,3 +365,42 @@ def test_plan_config_is_the_maxse_a_real_sum_run_prints(tmp_path, capsys):
     public = json.loads(capsys.readouterr().out)["public"]
     assert public["max_se"] == pytest.approx(expected, rel=1e-12)
     assert "--value-resolution 3" in public["why"]
+
+
+def test_plan_config_of_a_job_that_selects_keys_shows_its_threshold(capsys):
+    """page_visitors has no public keys: plan --config prints the job's own threshold (the one
+    its descriptor holds), the job's plan command plans the same threshold, and the steps by
+    which keys of the shown rates are selected are `expected_selection_step`'s."""
+    from pipelines import config as job_config
+    from transforms.mechanisms import ConstantNoiseSource
+    from transforms.mechanisms.selection import expected_selection_step
+    path = os.path.join(ROOT, "configs", "page_visitors.yaml")
+    data = planned(capsys, path)
+    transform = seeded_transform(job_config.load(path))
+    stream = data["streams"][0]
+    rule = transform.descriptor["selection"]
+    assert stream["selection"]["threshold"] == rule["threshold"]
+    assert stream["selection"]["delta"] == rule["delta"] == 1e-6
+    assert "--selection-delta 1e-06" in stream["command"]
+    code, text, _ = run(capsys, *stream["command"].split()[3:], "--json")
+    assert code == 0 and json.loads(text)["selection"]["threshold"] == rule["threshold"]
+    mechanism = transform.config.build(noise_source=ConstantNoiseSource(0.0))
+    for row in stream["selection"]["selected_by"]:
+        assert row["step"] == expected_selection_step(mechanism, rule["threshold"], row["rate"])
+    assert [r["step"] is None for r in stream["selection"]["selected_by"]] != [True] * 4
+    code, text, _ = run(capsys, "--config", path)
+    assert code == 0 and f"threshold {rule['threshold']:g}:" in text
+
+
+def test_plan_selection_rates_and_refusals(capsys):
+    code, text, _ = run(capsys, "--horizon", "48", "--epsilon", "1", "--selection-delta",
+                        "1e-6", "--rate", "50", "--rate", "1", "--json")
+    assert code == 0
+    rows = json.loads(text)["selection"]["selected_by"]
+    assert [r["rate"] for r in rows] == [50.0, 1.0] and rows[1]["step"] is None
+    assert rows[0]["step"] is not None
+    code, _, err = run(capsys, "--horizon", "48", "--epsilon", "1", "--rate", "5")
+    assert code == 2 and "`rate` must come with --selection-delta" in err
+    code, _, err = run(capsys, "--horizon", "48", "--epsilon", "1", "--selection-delta",
+                       "1e-6", "--mean-max-value", "10")
+    assert code == 2 and "`selection-delta` must be left out with --mean-max-value" in err

@@ -170,3 +170,24 @@ def test_a_mean_release_reports_against_its_exact_truncated_mean(tmp_path, capsy
     assert report.main(["--input", folder, "--out", str(tmp_path / "r"),
                         "--truth-config", str(other)]) == 2
     assert "must describe the release it is compared with (its bounds" in capsys.readouterr().err
+
+
+def test_a_release_that_selects_keys_reports_against_the_truth_of_its_keys(tmp_path):
+    """Without public keys, `report --truth-config` checks each published key against its true
+    running total (0 before its first data), from its selection step on."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "page_visitors.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = 12
+    config["privacy"] = {"epsilon": 2.0, "selection_delta": 1e-3}
+    release = tmp_path / "pages.yaml"
+    release.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(release)]) == 0
+    folder = str(tmp_path / "out" / "page-visitors")
+    rows = report.read_records(folder)
+    truth = report.true_totals(str(release), rows, report.release_descriptor(folder))
+    assert {r["key"] for r in rows} <= set(truth) and len(truth) > len({r["key"] for r in rows})
+    errors = [r["value"] - truth[r["key"]][r["step"]] for r in rows]
+    stddev = rows[0]["stddev"]
+    assert max(abs(e) for e in errors) < 10 * stddev  # the truth of the key, not of another
+    assert report.main(["--input", folder, "--out", str(tmp_path / "charts"),
+                        "--truth-config", str(release)]) == 0

@@ -409,3 +409,38 @@ def test_a_run_whose_keys_are_mostly_not_public_warns(tmp_path, capsys):
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
     assert "not in public_keys" not in capsys.readouterr().out
+
+
+def test_a_job_without_public_keys_publishes_selected_keys_and_tells_the_operator(tmp_path,
+                                                                                 capsys):
+    """page_visitors: the public summary counts the keys its records hold and states the rule
+    (threshold, delta); the exact count of keys with data is operator-only; every published
+    key has every step from its selection step on, at or above the threshold there."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "page_visitors.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["secret"] = {"seed": 7, "insecure": True}
+    path = tmp_path / "pages.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    public, operator = summary["public"], summary["operator_not_private"]
+    rows = [json.loads(line) for f in glob.glob(str(tmp_path / "out" / "page-visitors" /
+                                                     "*.jsonl")) for line in open(f)]
+    keys = {}
+    for row in rows:
+        keys.setdefault(row["key"], []).append(row)
+    tau = public["selection"]["threshold"]
+    assert public["public_keys"] is None and public["selected_keys"] == len(keys) > 0
+    assert public["selection"]["delta"] == 1e-6 and public["budget_spent"] == {
+        "epsilon": 1.0, "delta": 1e-6}
+    for key, items in keys.items():
+        items.sort(key=lambda r: r["step"])
+        assert [r["step"] for r in items] == list(range(items[0]["step"], 48))
+        assert items[0]["value"] >= tau and items[0]["delta"] == 1e-6
+    assert operator["keys_with_data"] > operator["keys_selected"] == len(keys)
+    assert "keys_with_data" not in public and "keys_with_data" not in json.dumps(rows)
+    assert job_run.main(["--config", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert f"key(s) selected privately (a key is published from the first step its noisy " \
+           f"running total reaches {tau:g}; selection delta 1e-06)" in text
+    assert f"{operator['keys_with_data']} keys with data, {len(keys)} of them selected" in text
