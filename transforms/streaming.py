@@ -507,6 +507,8 @@ class ReleaseStreamingFn(beam.DoFn):
                 previous = maker.previous(key, step, before)
             pending.pop(step, None)  # only once the state passed its checks
             if selection is not None and selection[1] is None:  # not selected yet
+                # `selection.first_selected`, one step at a time (checked equal to batch, which
+                # calls it: tests/test_continual_selection.py)
                 if step >= selection[0] and out >= self.tau:
                     selection = (selection[0], step)
                 else:  # nothing about the key is published

@@ -146,19 +146,27 @@ def test_without_a_descriptor_the_records_still_refuse_a_shorter_horizon(tmp_pat
     assert "its records reach step 5); got a horizon of 4." in capsys.readouterr().err
 
 
+def _released(tmp_path, name, horizon, **changes):
+    """(config, its path, the release folder, its records, the truth) of bundled config `name`
+    run with `horizon` steps and `changes` (top-level sections)."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", f"{name}.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["steps"]["horizon"] = horizon
+    config.update(changes)
+    release = tmp_path / f"{name}.yaml"
+    release.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(release)]) == 0
+    folder = str(tmp_path / "out" / config["job"])
+    rows = report.read_records(folder)
+    return config, release, folder, rows, report.true_totals(
+        str(release), rows, report.release_descriptor(folder))
+
+
 def test_a_mean_release_reports_against_its_exact_truncated_mean(tmp_path, capsys):
     """`report --truth-config` on a ContinualMean: the truth is the zero-noise mean of the
     same truncation (checked equal to the exact mean in tests/test_mean.py); a config with
     another max_value is refused."""
-    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "mean_seconds.yaml")))
-    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
-    config["steps"]["horizon"] = 6
-    release = tmp_path / "mean.yaml"
-    release.write_text(yaml.safe_dump(config))
-    assert job_run.main(["--config", str(release)]) == 0
-    folder = str(tmp_path / "out" / "mean-seconds")
-    rows = report.read_records(folder)
-    truth = report.true_totals(str(release), rows, report.release_descriptor(folder))
+    config, release, folder, rows, truth = _released(tmp_path, "mean_seconds", 6)
     assert set(truth) == {r["key"] for r in rows} and all(len(v) == 6 for v in truth.values())
     assert all(0.0 <= v <= 300.0 for values in truth.values() for v in values)
     assert report.main(["--input", folder, "--out", str(tmp_path / "r"),
@@ -175,16 +183,8 @@ def test_a_mean_release_reports_against_its_exact_truncated_mean(tmp_path, capsy
 def test_a_release_that_selects_keys_reports_against_the_truth_of_its_keys(tmp_path):
     """Without public keys, `report --truth-config` checks each published key against its true
     running total (0 before its first data), from its selection step on."""
-    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "page_visitors.yaml")))
-    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
-    config["steps"]["horizon"] = 12
-    config["privacy"] = {"epsilon": 2.0, "selection_delta": 1e-3}
-    release = tmp_path / "pages.yaml"
-    release.write_text(yaml.safe_dump(config))
-    assert job_run.main(["--config", str(release)]) == 0
-    folder = str(tmp_path / "out" / "page-visitors")
-    rows = report.read_records(folder)
-    truth = report.true_totals(str(release), rows, report.release_descriptor(folder))
+    _, release, folder, rows, truth = _released(
+        tmp_path, "page_visitors", 12, privacy={"epsilon": 2.0, "selection_delta": 1e-3})
     assert {r["key"] for r in rows} <= set(truth) and len(truth) > len({r["key"] for r in rows})
     errors = [r["value"] - truth[r["key"]][r["step"]] for r in rows]
     stddev = rows[0]["stddev"]
