@@ -385,8 +385,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
              privacy)
     for name, value in privacy.items():
         _positive_number(f"privacy.{name}", value)
+    # absent, not null: `public_keys:` left empty is an error, not a release selecting keys
     selects = registry.SPECS[transform].single_key is None and \
-        raw.get("public_keys") is None and raw.get("public_keys_file") is None
+        "public_keys" not in raw and "public_keys_file" not in raw
     if "delta" in privacy and (("rho" in privacy and not selects) or not privacy["delta"] < 1):
         fail("privacy.delta", "a number in (0, 1) given with epsilon (with rho: only when "
                               "public_keys are not given, as the selection's delta)",
@@ -441,6 +442,10 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                                 "keys privately runs in batch and scheduled jobs, and in "
                                 "ContinualCount(...) on unbounded input without a checkpoint)",
                  None)
+        if types.get("key", "id") not in ("str", "int"):
+            fail("input.types.key", "'str' or 'int' when public_keys are not given (a selected "
+                                    "key is published under its text: with 'id', 5 and '5' "
+                                    "would be two keys with one name)", types.get("key", "id"))
         keys = None
     else:
         keys = _public_keys(raw, base_dir)

@@ -31,6 +31,7 @@ from pipelines import config as job_config
 from pipelines import commit, gate, io, logs, storage, stream
 from pipelines.checkpoints import read_json, write_text
 from transforms import registry
+from transforms.mechanisms import ConstantNoiseSource
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
@@ -90,6 +91,8 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
     spec = registry.SPECS[job.transform]
     if spec.single_key is None:
         kwargs["public_keys"] = job.public_keys
+    if spec.single_key is None and job.public_keys is None:  # keys selected privately
+        kwargs["key_type"] = job.input.types["key"]
     return spec.transform_class()(**kwargs)
 
 
@@ -367,15 +370,23 @@ def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:
 
 
 def public_summary(transform, job: job_config.JobConfig, public_folder: str,
-                   shown_folder: str = None, records_prefix: str = "records") -> dict:
+                   shown_folder: str = None, records_prefix: str = "records",
+                   released: int = None) -> dict:
     """What the run released; everything here is public (data-independent or DP). The records
     are read from `public_folder`; the paths name `shown_folder` (default: the job's public
-    folder; the scheduler's: its release's published folder, records `records-steps-*`)."""
+    folder; the scheduler's: its release's published folder, records `records-steps-*`, and
+    `released`, the steps released so far: default all)."""
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
               + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
     stddevs = io.released_stddevs(public_folder)
     records, max_se = len(stddevs), max(stddevs, default=0.0)
+    if job.public_keys is None:  # selected keys: records start late, or never; the steps'
+        # own stddev (data-independent), as every record of the step carries it
+        count = job.steps.horizon if released is None else released
+        mechanism = transform.config.build(noise_source=ConstantNoiseSource(0.0))
+        deviations = mechanism.noise_std()[:count]  # = the records' (`RecordMaker.std`)
+        max_se = float(max(deviations, default=0.0)) * transform.value_scale
     shown = shown_folder or job.public_path
     return {"release_id": transform.release_id, "private": transform.private,
             "transform": job.transform, **transform.summary(), "why": chosen,
@@ -393,18 +404,20 @@ def _keys_summary(transform, job, public_folder: str) -> dict:
     if job.public_keys is not None:
         return {"public_keys": len(job.public_keys)}
     published = len(set(io.released_column(public_folder, "key")))
+    rule, scale = transform.selection, transform.value_scale
     return {"public_keys": None, "selected_keys": published,
-            "selection": {k: transform.selection[k] for k in (
-                "threshold", "delta", "max_keys_per_unit", "contribution_bound")}}
+            "selection": {"threshold": rule["threshold"] * scale, "delta": rule["delta"],
+                          "max_keys_per_unit": rule["max_keys_per_unit"],
+                          "contribution_bound": rule["contribution_bound"] * scale}}
 
 
-def keys_text(public: dict, scale: float = 1.0) -> str:
-    """"6 public key(s)", or the keys selected privately and their rule."""
+def keys_text(public: dict) -> str:
+    """"6 public key(s)", or the keys selected privately and their rule (value units)."""
     if public.get("public_keys") is not None:
         return f"{public['public_keys']} public key(s)"
     rule = public["selection"]
     return (f"{public['selected_keys']} key(s) selected privately (a key is published from "
-            f"the first step its noisy running total reaches {rule['threshold'] * scale:g}; "
+            f"the first step its noisy running total reaches {rule['threshold']:g}; "
             f"selection delta {rule['delta']:g})")
 
 
@@ -423,7 +436,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
                  f"{public['part_max_se']['count']:.2f}; the mean's standard error about "
                  f"{public['se_times_count']:,.0f} / C for a key whose count is C (records "
                  f"where C is too noisy carry half the value range)")
-    elif scheduled and not public["records"]:
+    elif scheduled and not public["released_after"]:
         error = "MaxSE: no step released yet"
     else:
         error = (f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation"
@@ -432,7 +445,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
     lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
              f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
-             f"{keys_text(public, transform.value_scale)}, noise {public['noise']}, {error}"]
+             f"{keys_text(public)}, noise {public['noise']}, {error}"]
     if scheduled:
         lines.append(f"release {public['release_id']}: steps released {public['released_before']}"
                      f" -> {public['released_after']} of {job.steps.horizon} "

@@ -239,7 +239,8 @@ def summarised(config_path: str, job, transform, summary: dict, result=None,
     letters, the truncation warning); `job` and `transform` for `describe_run`."""
     published = summary["published"]
     public = job_run.public_summary(transform, job, published, shown_folder=published,
-                                    records_prefix="records-steps")
+                                    records_prefix="records-steps",
+                                    released=summary["released_after"])
     public.update({name: summary[name] for name in ("released_before", "released_after",
                                                     "new_steps", "spent")},
                   checkpointed=summary["records"], checkpoint=folder,

@@ -88,8 +88,10 @@ def run_pipeline(transform, events, window=None, units=None, keys=None, claims=N
 
 
 def count(secret, **kwargs):
-    return ContinualCount(steps=STEPS, public_keys=["a"], epsilon=1.0, max_contributions=8,
-                          mechanism="binary_tree", secret=secret, **kwargs)
+    args = dict(public_keys=["a"], max_contributions=8)
+    args.update(kwargs)
+    return ContinualCount(steps=STEPS, epsilon=1.0, mechanism="binary_tree", secret=secret,
+                          **args)
 
 
 def test_the_attack_works_where_it_is_allowed_insecure_ids_give_the_exact_difference():
@@ -340,3 +342,25 @@ def test_a_local_claims_folder_is_refused_with_a_remote_runner(secret, tmp_path)
     with pytest.raises(ValueError, match=r"^`claims` must be a gs:// folder with a remote "
                                          r"runner"):
         transform._check_continuation(StepWindow(0, 8), Remote())
+
+
+def test_a_selecting_release_refuses_resumed_key_states_that_are_not_all_there(secret,
+                                                                            tmp_path):
+    """Without public keys, a key missing from the given key states would restart as a new key
+    (its published total and its selection lost): the census of a selecting release seals the
+    key states with the unit states, so a dropped key state is refused like a dropped unit
+    state, and the complete set continues."""
+    claims = str(tmp_path / "claims")
+    selecting = dict(public_keys=None, selection_delta=1e-3, max_contributions=8)
+    first = count(secret, claims=claims, **selecting)
+    events = events_of(["u", "x"]) + [((f"v{i}", "b"), ORIGIN + 1.0) for i in range(3)]
+    _, units, keys = run_pipeline(first, events, window=StepWindow(0, 4))
+    assert sorted(k for k, _ in keys) == ["a", "b"]
+    for given in ([keys[0]], [keys[1]], []):
+        with pytest.raises(Exception, match=r"`unit_states` must be every unit and key state "
+                                            r"of release"):
+            run_pipeline(count(secret, release_id=first.release_id, **selecting), events,
+                         window=StepWindow(4, 8), units=units, keys=given, claims=claims)
+    run_pipeline(count(secret, release_id=first.release_id, **selecting), events,
+                 window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
+    assert os.path.exists(os.path.join(claims, first.release_id, "units-at-00000008.json"))

@@ -55,17 +55,37 @@ def by_key(records):
     return out
 
 
-def test_batch_and_streaming_select_the_same_keys_and_records():
+def test_batch_selects_keys_from_their_data_on_and_streaming_is_refused():
+    """Every published key has every step from its selection step on; a key is never
+    published before its first data. Unbounded input is refused: there a key's late data would
+    count or not by whether another unit had started the key (no public-key seed gives every
+    key its progress from the origin), which the proof excludes."""
     records, dead = run(count(), events(np.random.default_rng(1)))
-    streamed, _ = run(count(), events(np.random.default_rng(1)), mode="streaming",
-                      steps=STEPS)
-    assert dead == [] and records == streamed
+    assert dead == []
     keys = by_key(records)
     assert set(keys) == {"big", "later"}
     for rows in keys.values():  # from the selection step on, every step, in order
         first = rows[0]["step"]
         assert [r["step"] for r in rows] == list(range(first, STEPS.horizon))
     assert keys["later"][0]["step"] >= 3  # nothing before its data
+    with pytest.raises(Exception, match=r"`public_keys` must be given for unbounded input"):
+        run(count(), events(np.random.default_rng(1)), mode="streaming", steps=STEPS)
+
+
+def test_keys_of_another_type_are_never_released():
+    """key_type "str" (the default): an int key is dropped with a dead letter whatever its
+    data (5 and "5" would be two keys published as "5"); key_type "int" keeps ints only."""
+    data = [((f"u{u}", key), 5.0) for u in range(300) for key in ("5", 5)]
+    both = dict(selection_delta=1e-6, max_keys_per_unit=2, max_contributions=2)
+    for key_type, other in (("str", "int 5"), ("int", "str '5'")):
+        records, dead = run(count(key_type=key_type, **both), data)
+        assert {r["key"] for r in records} == {"5"} and len(records) == STEPS.horizon
+        assert len(dead) == 1 and dead[0]["code"] == "invalid_record"
+        assert dead[0]["reason"].startswith(f"key of type {other} is not")
+    with pytest.raises(ValidationError, match=r"^`key_type` must be one of 'str', 'int'"):
+        count(key_type="float")
+    with pytest.raises(ValidationError, match=r"^`key_type` must be None when public_keys"):
+        count(public_keys=["a"], selection_delta=None, key_type="str")
 
 
 def test_a_selected_key_is_its_public_key_release_from_its_selection_step():
@@ -169,7 +189,7 @@ def test_the_descriptor_names_the_rule_never_the_keys():
     maker = RecordMaker(transform.config)
     tau = selection.selection_threshold(maker.mechanism, 1, 1, 1e-3)
     assert rule == {"threshold": tau, "delta": 1e-3, "max_keys_per_unit": 1,
-                    "contribution_bound": 1,
+                    "contribution_bound": 1, "key_type": "str",
                     "delta_spent": selection.selection_delta(maker.mechanism, tau, 1, 1)}
     assert transform.config.selection_threshold == tau
     assert transform.budget_spent == {"epsilon": 1.0, "delta": 1e-3}

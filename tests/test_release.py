@@ -69,6 +69,7 @@ REFUSED = {
                                  "1", None],
     "nonnegative": [1, "True", None],
     "selection_threshold": [True, "3", float("nan"), float("inf")],
+    "key_type": ["str", "float", 1],
 }
 
 

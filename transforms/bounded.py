@@ -179,6 +179,7 @@ class _ReleaseKeysFn(beam.DoFn):
         # no public keys: keys are selected privately (`transforms.mechanisms.selection`)
         self.tau = config.selection_threshold
         self.selects = self.tau is not None
+        self.key_type = {"str": str, "int": int}.get(config.key_type)
         # operator-only: keys with data (a private count) and keys selected, so far
         self.with_data = self.published = None
         if config.diagnostics:
@@ -193,6 +194,12 @@ class _ReleaseKeysFn(beam.DoFn):
     def process(self, item, window=beam.DoFn.WindowParam):
         key, grouped = item
         if self.selects:  # every key with data (or a state: it had data in a run before)
+            if type(key) is not self.key_type:  # never released (an id rule, not the data's)
+                yield dead_letter(key, Reason("invalid_record", f"key of type "
+                                              f"{type(key).__name__} {key!r} is not of the "
+                                              f"release's key type {self.config.key_type!r}: "
+                                              f"not released"))
+                return
             yield from self._release(key, grouped, window)
         elif list(grouped["seed"]):  # else not a public key: no output, whatever its data
             yield from self._release(key, grouped, window)

@@ -114,8 +114,9 @@ class CheckCensus:
     """Refuses the given unit states unless their census equals the sealed one of the run that
     released steps up to `step`."""
 
-    def __init__(self, config, folder: str, step: int):
+    def __init__(self, config, folder: str, step: int, what: str = "unit state"):
         self.config, self.folder, self.step = config, folder, step
+        self.what = what  # what the census covers (a release selecting keys: key states too)
 
     def __call__(self, census) -> bool:
         path = census_path(self.folder, self.config.release_id, self.step)
@@ -137,7 +138,8 @@ class CheckCensus:
             fail("unit census", f"sealed under release {self.config.release_id}'s secret",
                  path)
         if format(census[1], "064x") != sealed["sum"]:
-            fail("unit_states", f"every unit state of release {self.config.release_id} at "
+            fail("unit_states", f"every {self.what} of release {self.config.release_id} at "
                                 f"step {self.step}, unaltered (a dropped or reset state would "
-                                f"spend a unit's cap again)", "other unit states")
+                                f"spend a unit's cap again, or restart a key)",
+                 f"other {self.what}s")
         return True

@@ -53,7 +53,8 @@ from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProbl
 UNJOINED = "0" * 32  # the release id of a part until its composite gives it its own
 
 
-POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
+POSTPROCESS = (None, "nonnegative")
+KEY_TYPES = ("str", "int")  # the key types a release selecting its keys may release  # what a release may apply to its released running totals
 
 def _checked_public_keys(public_keys) -> list:
     keys = list(public_keys) if public_keys is not None else []
@@ -122,6 +123,7 @@ class ContinualBase(beam.PTransform):
 
     def __init__(self, *, steps: TimeSteps, public_keys: Optional[Sequence] = None,
                  epsilon=None, rho=None, delta=None, selection_delta=None,
+                 key_type: Optional[str] = None,
                  mechanism: str = "auto", mechanism_params: Optional[dict] = None,
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
@@ -155,6 +157,16 @@ class ContinualBase(beam.PTransform):
                                       f"(keys are selected privately only by ContinualCount, "
                                       f"ContinualSum and ContinualCountDistinct)", public_keys)
         self.public_keys = None if self.selects else _checked_public_keys(public_keys)
+        # selecting: the one type of key released ("str" or "int"; keys of another type are
+        # dropped with a dead letter: 5 and "5" would be two keys published under one name)
+        if self.selects:
+            self.key_type = "str" if key_type is None else key_type
+            check.one_of("key_type", self.key_type, KEY_TYPES)
+        elif key_type is not None:
+            check.fail("key_type", "None when public_keys are given (their types are listed)",
+                       key_type)
+        else:
+            self.key_type = None
         self._given_delta = delta
         self.selection_delta, delta = _selection_budget(self.selects, epsilon, rho, delta,
                                                         selection_delta)
@@ -210,9 +222,8 @@ class ContinualBase(beam.PTransform):
         # this job graph's execution id there (its unit log folder, named in its step claims)
         self.checkpoint = checkpoint
         if checkpoint is not None and self.selects:
-            check.fail("checkpoint", "None for a release that selects its keys (its step files "
-                                     "wait for every public key's record: a checkpointed "
-                                     "streaming release needs public_keys)", checkpoint)
+            check.fail("checkpoint", "None for a release that selects its keys (a streaming "
+                                     "release needs public_keys)", checkpoint)
         self.execution = secrets.token_hex(8) if checkpoint is not None else None
         self.problem = self.make_problem()
         self.config = self._release_config()
@@ -340,7 +351,8 @@ class ContinualBase(beam.PTransform):
             secret_fingerprint=self._secret_fingerprint, noise_version=self.noise_version,
             allowed_lateness_seconds=self.allowed_lateness_seconds,
             nonnegative=self.postprocess == "nonnegative",
-            selection_threshold=self.selection["threshold"] if self.selects else None)
+            selection_threshold=self.selection["threshold"] if self.selects else None,
+            key_type=self.key_type)
 
     def _selection(self, mechanism) -> dict:
         """The selection rule of a release without public keys (`mechanism`: the key
@@ -349,7 +361,7 @@ class ContinualBase(beam.PTransform):
         m, bound = declaration.keys_per_unit, declaration.interval_bound
         tau = key_selection.selection_threshold(mechanism, m, bound, self.selection_delta)
         return {"threshold": tau, "delta": self.selection_delta, "max_keys_per_unit": m,
-                "contribution_bound": bound,
+                "contribution_bound": bound, "key_type": self.key_type,
                 "delta_spent": key_selection.selection_delta(mechanism, tau, m, bound)}
 
     def display_data(self):
@@ -478,12 +490,24 @@ class ContinualBase(beam.PTransform):
                           precondition=NothingLater(claims, self.release_id, window.first))
         if window.first == 0:
             return guard(pipeline, claim, "ClaimWindow")
-        checked = census_of(self._resume_units, self.config, window.first, "GivenUnitCensus") \
-            | "CheckUnitCensus" >> beam.Map(CheckCensus(self.config, claims.folder,
-                                                        window.first))
+        checked = census_of(self._census_states(self._resume_units, self._resume_keys, "Given"),
+                            self.config, window.first, "GivenUnitCensus") \
+            | "CheckUnitCensus" >> beam.Map(CheckCensus(
+                self.config, claims.folder, window.first,
+                "unit and key state" if self.selects else "unit state"))
         passed = checked | "ClaimWindow" >> beam.Map(lambda _: claim())
         passed.dp_claim = claim  # exists only once claimed, after the census check (`guard`)
         return passed
+
+    def _census_states(self, unit_states, key_states, label: str):
+        """What the census seals: the unit states; selecting keys, the key states too (a
+        public key's missing state fails its release, but a selected key missing from the
+        given states would restart as new: its published total and selection lost)."""
+        if not self.selects:
+            return unit_states
+        return ((unit_states | f"{label}Units" >> beam.Map(lambda pair: ("unit", pair)),
+                 key_states | f"{label}Keys" >> beam.Map(lambda pair: ("key", pair)))
+                | f"{label}States" >> beam.Flatten())
 
     def _check_continuation(self, window: StepWindow, pipeline=None) -> None:
         """A private release is claimed once in durable storage (`claims=`, or a driver's own
@@ -543,7 +567,8 @@ class ContinualBase(beam.PTransform):
                 key_states = guarded(key_states, passed, "ClaimedKeyStates")
         if isinstance(self._claims, WindowClaims) and unit_states is not None and \
                 events.is_bounded:
-            _ = census_of(unit_states, self.config, window.stop, "UnitCensus") \
+            _ = census_of(self._census_states(unit_states, key_states, "Sealed"), self.config,
+                          window.stop, "UnitCensus") \
                 | "SealUnitCensus" >> beam.Map(WriteCensus(self.config, self._claims.folder,
                                                             window.stop))
         return ContinualResult(records, dead | "DeadLetters" >> beam.Flatten(),
@@ -560,6 +585,12 @@ class ContinualBase(beam.PTransform):
                            self.checkpoint)
             return release_bounded(events, self.problem, self.config, self.public_keys, window,
                                    self._resume_units, self._resume_keys, self.diagnostics)
+        if self.selects:
+            check.fail("public_keys", "given for unbounded input (selecting keys privately "
+                                      "runs on bounded input: a streaming key's late data "
+                                      "would count or not by whether another unit had "
+                                      "started the key, which the selection's proof excludes)",
+                       None)
         if self.checkpoint is not None and passed is None:
             check.fail("checkpoint", "used with a claimed release (claims= or claimed_by: "
                                      "its unit log is written only by the execution that "

@@ -166,6 +166,7 @@ class ReleaseConfig:
     # published from the first step its released running total reaches this threshold (in
     # release units); None: the release's keys are public
     selection_threshold: Optional[float] = None
+    key_type: Optional[str] = None  # selecting: the one key type released ("str" or "int")
 
     def __post_init__(self):
         """Refuse a field of the wrong type or value (fail closed: a worker builds the release
@@ -212,6 +213,9 @@ class ReleaseConfig:
                                 or math.isnan(tau) or tau == math.inf):
             fail("selection_threshold", "None, a finite number (release units) or -inf (every "
                                         "key from its first data: the operator's truth)", tau)
+        if (self.key_type is None) != (tau is None) or self.key_type not in (None, "str", "int"):
+            fail("key_type", "'str' or 'int' with a selection threshold, else None",
+                 self.key_type)
         if self.secret_fingerprint is not None and not _is_sha256_hex(self.secret_fingerprint):
             fail("secret_fingerprint", "None or 64 lowercase hex digits (a secret's "
                                        "`fingerprint()`)", self.secret_fingerprint)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -281,18 +281,9 @@ class ReleaseStateCoder(beam.coders.Coder):
     _ONE = struct.Struct("<IiiI33sIId")
     _NONE = struct.Struct("<IiiI33s")
 
-    _SELECTION = struct.Struct("<ii")  # selecting keys: (first step with data, selection)
-
     def encode(self, value) -> bytes:
-        if len(value) == 6:  # a key of a release that selects its keys: a trailer
-            start, selected = value[4:]
-            return self._encode(value[:4], True) + self._SELECTION.pack(
-                start, -1 if selected is None else selected)
-        return self._encode(value, False)
-
-    def _encode(self, value, general: bool) -> bytes:
         sealed, released, halted, pending = value
-        if not general and sealed is not None and len(sealed) == 33 and len(pending) <= 1:
+        if sealed is not None and len(sealed) == 33 and len(pending) <= 1:
             halt = -1 if halted is None else halted
             if not pending:
                 return self._NONE.pack(released, halt, 33, 0, sealed)
@@ -331,10 +322,6 @@ class ReleaseStateCoder(beam.coders.Coder):
                 layout = _partials_struct(n)
                 pending[step] = list(layout.unpack_from(encoded, at)[2:])
                 at += layout.size
-        if at < len(encoded):  # the selection trailer (`encode`)
-            start, selected = self._SELECTION.unpack_from(encoded, at)
-            return (sealed, released, None if halted < 0 else halted, pending, start,
-                    None if selected < 0 else selected)
         return sealed, released, None if halted < 0 else halted, pending
 
     def is_deterministic(self) -> bool:
@@ -356,13 +343,9 @@ class ReleaseStreamingFn(beam.DoFn):
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     RETRY = TimerSpec("retry", TimeDomain.REAL_TIME)  # a step held by the wall clock
 
-    def __init__(self, config: ReleaseConfig, public_keys: Optional[Sequence],
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence,
                  checkpointed: bool = False):
-        self.config = config
-        # None: keys are selected privately (`transforms.mechanisms.selection`): a key's state
-        # starts with its first data, its records with its selection step
-        self.public = None if public_keys is None else frozenset(public_keys)
-        self.tau = config.selection_threshold
+        self.config, self.public = config, frozenset(public_keys)
         # a checkpointed release: each key's sealed state after each step it released
         self.checkpointed = checkpointed
         # operator-only: the count depends on private data
@@ -393,28 +376,14 @@ class ReleaseStreamingFn(beam.DoFn):
     def process(self, element, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         key, message = element
-        selecting = self.public is None
-        if not selecting and key not in self.public:  # not public: no output and no state
+        if key not in self.public:  # not a public key: no output and no state
             return
         current = state.read()
-        extra = ()  # selecting: (the key's first step with data, its selection step)
         if current is None:
             sealed, released, halted, pending = None, 0, None, {}  # nothing yet
         else:
-            sealed, released, halted, pending = current[:4]
-            extra = tuple(current[4:])
-        if selecting and not isinstance(message, Seed):
-            if sealed is None:  # the key's first data: its stream from step 0, as a public
-                # key's; the steps before its data release noise only (never published)
-                sealed = self.maker.seal(key, self.maker.mechanism.init_state())
-                extra = (message.step, None)
-                timer.set(self._step_times(max(message.step - 1, 0))[1])
-            elif message.step >= released and message.step < extra[0]:
-                extra = (message.step, extra[1])
+            sealed, released, halted, pending = current
         if isinstance(message, Seed):
-            if selecting:
-                fail("key_states", "None for a release that selects its keys (a streaming "
-                                   "continuation of one is not supported yet)", "a seed")
             if sealed is None:
                 if message.sealed is None:  # a new release
                     sealed = self.maker.seal(key, self.maker.mechanism.init_state())
@@ -429,7 +398,7 @@ class ReleaseStreamingFn(beam.DoFn):
         step = message.step
         if message.halt:
             state.write((sealed, released, step if halted is None else min(step, halted),
-                         pending) + extra)
+                         pending))
             return
         if step < released:
             if self.late is not None:
@@ -442,7 +411,7 @@ class ReleaseStreamingFn(beam.DoFn):
             return
         found = pending.get(step)
         pending[step] = add_exact(found, message.value) if found else [message.value]
-        state.write((sealed, released, halted, pending) + extra)
+        state.write((sealed, released, halted, pending))
 
     @on_timer(RELEASE)
     def release(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
@@ -478,9 +447,7 @@ class ReleaseStreamingFn(beam.DoFn):
     def _release(self, key, fire: int, state, timer, retry):
         """The steps due by `fire` (micros) and the wall clock, then the next timer."""
         current = state.read()
-        sealed, released, stop, pending = current[:4] if current is not None else (
-            None, 0, None, {})
-        selection = current[4:] if current is not None and len(current) == 6 else None
+        sealed, released, stop, pending = current if current is not None else (None, 0, None, {})
         if sealed is None:  # the timer is set only after the seed sealed a state: state lost
             raise RuntimeError(f"key {key_text(key)!r}: a release timer without its sealed "
                                f"state (state lost, or a job updated from another state "
@@ -506,16 +473,6 @@ class ReleaseStreamingFn(beam.DoFn):
             if previous is None:  # from the state before this step (checked by step_sealed)
                 previous = maker.previous(key, step, before)
             pending.pop(step, None)  # only once the state passed its checks
-            if selection is not None and selection[1] is None:  # not selected yet
-                # `selection.first_selected`, one step at a time (checked equal to batch, which
-                # calls it: tests/test_continual_selection.py)
-                if step >= selection[0] and out >= self.tau:
-                    selection = (selection[0], step)
-                else:  # nothing about the key is published
-                    previous = float(out)
-                    maker.released(key, step, previous)
-                    step += 1
-                    continue
             record = maker.record(key, step, float(out), previous)
             previous = float(out)
             maker.released(key, step, previous)
@@ -524,9 +481,8 @@ class ReleaseStreamingFn(beam.DoFn):
                 records.append(beam.pvalue.TaggedOutput(KEY_STATES, TimestampedValue(
                     (step, (key, (sealed, None), record)), times[0])))
             step += 1
-        if records or step != released:
-            state.write((sealed, step, stop, {} if stop == step else pending)
-                        + (selection or ()))
+        if records:
+            state.write((sealed, step, stop, {} if stop == step else pending))
         if step < horizon and (stop is None or step < stop):
             following = self._step_times(step)
             if following[2] <= fire:  # held by the wall clock: an event-time timer would
@@ -597,17 +553,15 @@ class ReleaseStreaming(beam.PTransform):
     watermark when they are emitted: window them with allowed lateness or write them
     unwindowed (the bundled sinks do)."""
 
-    def __init__(self, config: ReleaseConfig, public_keys: Optional[Sequence],
-                 checkpointed=False, window: StepWindow = None, key_states=None):
+    def __init__(self, config: ReleaseConfig, public_keys: Sequence, checkpointed=False,
+                 window: StepWindow = None, key_states=None):
         super().__init__()
-        self.config = config
-        self.public_keys = None if public_keys is None else list(public_keys)
+        self.config, self.public_keys = config, list(public_keys)
         self.checkpointed, self.window, self.key_states = checkpointed, window, key_states
 
     def expand(self, totals):
         origin = self.config.steps.origin
-        keys = totals.pipeline | "PublicKeys" >> beam.Create(self.public_keys or [],
-                                                             reshuffle=False)
+        keys = totals.pipeline | "PublicKeys" >> beam.Create(self.public_keys, reshuffle=False)
         if self.key_states is None:
             seeds = keys | "SeedEveryKey" >> beam.Map(
                 lambda key: TimestampedValue((key, Seed()), origin)).with_output_types(KEYED)
@@ -665,10 +619,7 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     # ((key, step), Delta(value | halt)) at each step's end + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))
-    if public_keys is None:  # keys selected privately: every key with data
-        public = totals
-    else:
-        public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
+    public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
     # the same, of public keys only
     released = public | "ReleasePerKey" >> ReleaseStreaming(
         config, public_keys, checkpoint is not None, window, key_states)

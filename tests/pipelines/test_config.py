@@ -215,6 +215,7 @@ def test_batch_drivers_refuse_a_subscription():
 def selecting(**privacy):
     config = edited(("public_keys",), DELETE)
     config["privacy"] = privacy
+    config["input"]["types"] = {"key": "str"}
     return config
 
 
@@ -243,6 +244,11 @@ def test_a_config_without_public_keys_selects_them():
      r"^`public_keys` must be given for input.kind 'pubsub'"),
     ({"privacy": {"epsilon": 1.0, "selection_delta": 1.5}},
      r"^`privacy.selection_delta` must be a number in \(0, 1\)"),
+    ({"input": {"path": "demo:active_users.jsonl", "fields": {
+        "timestamp": "ts", "unit": "user", "key": "region"}}},
+     r"^`input.types.key` must be 'str' or 'int' when public_keys are not given"),
+    ({"public_keys": None, "privacy": {"epsilon": 1.0}},
+     r"^`public_keys` must be given, either as a list or as public_keys_file"),
 ])
 def test_configs_that_cannot_select_keys_are_refused(changes, message):
     config = selecting(epsilon=1.0, selection_delta=1e-6)

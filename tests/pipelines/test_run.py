@@ -444,3 +444,42 @@ def test_a_job_without_public_keys_publishes_selected_keys_and_tells_the_operato
     assert f"key(s) selected privately (a key is published from the first step its noisy " \
            f"running total reaches {tau:g}; selection delta 1e-06)" in text
     assert f"{operator['keys_with_data']} keys with data, {len(keys)} of them selected" in text
+
+
+def test_a_selecting_runs_summary_is_in_value_units_and_its_maxse_is_the_mechanisms(tmp_path,
+                                                                                   capsys):
+    """A sum without public keys: the summary's threshold and bound are in value units (the
+    grid's units times g), as `plan --config` prints them; its MaxSE is the mechanism's
+    largest per-step stddev even when no key is selected (the records hold none)."""
+    from pipelines import plan
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "seconds_on_page.yaml")))
+    del config["public_keys"]
+    config["input"]["types"] = {"key": "str"}
+    config["privacy"] = {"rho": 0.5, "delta": 1e-12}
+    config["steps"]["horizon"] = 3
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["secret"] = {"seed": 3, "insecure": True}
+    path = tmp_path / "sum.yaml"
+    path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    public = json.loads(capsys.readouterr().out)["public"]
+    assert plan.main(["--config", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["streams"][0]
+    assert public["max_se"] == pytest.approx(planned["runs"]["max_se"], rel=1e-12)
+    assert public["selection"]["threshold"] == pytest.approx(
+        planned["selection"]["threshold"], rel=1e-12)
+    assert public["selection"]["contribution_bound"] == pytest.approx(600.0)  # k, in seconds
+    # 2 hours at epsilon 0.1: no page reaches the threshold, the MaxSE is still the job's
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "page_visitors.yaml")))
+    config["steps"]["horizon"] = 2
+    config["privacy"] = {"epsilon": 0.1, "selection_delta": 1e-12}
+    config["output"] = {"path": str(tmp_path / "out2"), "formats": ["jsonl"]}
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    public = json.loads(capsys.readouterr().out)["public"]
+    assert public["records"] == 0 and public["selected_keys"] == 0
+    assert plan.main(["--config", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["streams"][0]
+    assert public["max_se"] > 0
+    assert public["max_se"] == pytest.approx(planned["runs"]["max_se"], rel=1e-12)
