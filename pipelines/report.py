@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import hashlib
 import json
 import math
 import os
 import re
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pyarrow.parquet as pq
 
@@ -59,6 +60,10 @@ def read_records(given: str) -> List[dict]:
         else:
             with open(path, encoding="utf-8") as handle:
                 rows.extend(json.loads(line) for line in handle if line.strip())
+    if not rows:
+        raise ValueError(f"`input` must hold at least one record; got {len(files)} empty "
+                         f"records file(s) (a release that selects its keys publishes a key "
+                         f"only once it is selected: none is yet).")
     return one_release(rows)
 
 
@@ -204,7 +209,7 @@ def plot(rows, out_dir, truth=None) -> List[str]:
     by_key: Dict[str, List[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
-    paths = []
+    paths, names = [], set()
     for key, items in sorted(by_key.items(), key=lambda kv: str(kv[0])):
         items.sort(key=lambda r: r["step"])
         times = [window_start(r) for r in items]
@@ -235,20 +240,43 @@ def plot(rows, out_dir, truth=None) -> List[str]:
         axis.grid(alpha=0.3)
         axis.legend(loc="upper left", fontsize=8)
         figure.tight_layout()
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(key)) + ".png"
-        path = os.path.join(out_dir, name)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(key))
+        if name in names:  # two keys written alike ("a/b", "a b"): each its own chart
+            name += "-" + hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:8]
+        names.add(name)
+        path = os.path.join(out_dir, name + ".png")
         figure.savefig(path)
         plt.close(figure)
         paths.append(path)
     return paths
 
 
-def summary(rows, paths, truth=None) -> str:
+def selecting_max_se(descriptor) -> Optional[float]:
+    """A release that selects its keys: its MaxSE from its descriptor (the key mechanism as
+    `ReleaseConfig.build` makes it, zero noise), since its records start at each key's
+    selection step and may miss the noisiest steps; None for other releases."""
+    if not descriptor or descriptor.get("public_keys", "") is not None or \
+            "selection" not in descriptor:
+        return None
+    from transforms.mechanisms import ConstantNoiseSource, make
+    declaration = descriptor["declaration"]
+    mechanism = make(descriptor["mechanism"], descriptor["horizon"],
+                     **descriptor["key_budget"],
+                     max_contributions=declaration["max_contributions"],
+                     interval_bound=declaration["interval_bound"],
+                     noise_source=ConstantNoiseSource(0.0),
+                     noise="float" if descriptor["noise"] in ("laplace", "gaussian")
+                     else "discrete", **descriptor["params"])
+    return float(max(mechanism.noise_std())) * descriptor.get("value_scale", 1.0)
+
+
+def summary(rows, paths, truth=None, max_se=None) -> str:
     first = rows[0]
     privacy = budget_label(first)
     keys = {r["key"] for r in rows}
     steps = sorted({r["step"] for r in rows})
-    max_se = max(r["stddev"] for r in rows)
+    if max_se is None:  # (a release selecting keys: from its descriptor, `selecting_max_se`)
+        max_se = max(r["stddev"] for r in rows)
     lines = ["# Continual release report", "",
              f"- release: `{first.get('release_id', '?')}`; noise: {first.get('noise', '?')}; "
              f"private: {first.get('private', '?')}",
@@ -291,14 +319,15 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     try:
         rows = read_records(args.input)
-        truth = true_totals(args.truth_config, rows, release_descriptor(args.input)) \
+        descriptor = release_descriptor(args.input)
+        truth = true_totals(args.truth_config, rows, descriptor) \
             if args.truth_config else None
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     paths = plot(rows, args.out, truth)
     with open(os.path.join(args.out, "summary.md"), "w", encoding="utf-8") as handle:
-        handle.write(summary(rows, paths, truth))
+        handle.write(summary(rows, paths, truth, selecting_max_se(descriptor)))
     print(f"{len(paths)} charts and {os.path.join(args.out, 'summary.md')}")
     return 0
 

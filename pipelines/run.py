@@ -576,8 +576,8 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
                      + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
                         if truncated else ""))
     if "keys_with_data" in summary:  # keys selected privately
-        parts.append(f"{summary['keys_with_data']} keys with data, {summary['keys_selected']} "
-                     f"of them selected")
+        parts.append(f"{summary['keys_with_data']} keys with data (in the release so far), "
+                     f"{summary['keys_selected']} of them selected")
     dead = summary["dead_letters"]
     shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4])
     more = f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else ""
