@@ -10,13 +10,15 @@ probability >= 1 - 1e-6 over the seed (it is the guarantee itself), and holds fo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import pickle
 
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from tests.support.beam import AppendJson, read_json_lines, run
@@ -26,6 +28,7 @@ from transforms.mean import ContinualMean
 from transforms.mechanisms import selection
 from transforms.messages import StepWindow
 from transforms.release import RecordMaker
+from transforms.selecting import bucket_of
 from transforms.validation import ValidationError
 
 STEPS = TimeSteps(0, 10, 8)
@@ -55,21 +58,61 @@ def by_key(records):
     return out
 
 
-def test_batch_selects_keys_from_their_data_on_and_streaming_is_refused():
-    """Every published key has every step from its selection step on; a key is never
-    published before its first data. Unbounded input is refused: there a key's late data would
-    count or not by whether another unit had started the key (no public-key seed gives every
-    key its progress from the origin), which the proof excludes."""
+def test_batch_and_streaming_select_the_same_keys_and_records():
+    """Every published key has every step from its selection step on, never before its first
+    data; unbounded input (`transforms.selecting`) gives the batch records."""
     records, dead = run(count(), events(np.random.default_rng(1)))
-    assert dead == []
+    streamed, streamed_dead = run(count(), events(np.random.default_rng(1)),
+                                  mode="streaming", steps=STEPS)
+    assert dead == streamed_dead == [] and records == streamed
     keys = by_key(records)
     assert set(keys) == {"big", "later"}
     for rows in keys.values():  # from the selection step on, every step, in order
         first = rows[0]["step"]
         assert [r["step"] for r in rows] == list(range(first, STEPS.horizon))
     assert keys["later"][0]["step"] >= 3  # nothing before its data
-    with pytest.raises(Exception, match=r"`public_keys` must be given for unbounded input"):
-        run(count(), events(np.random.default_rng(1)), mode="streaming", steps=STEPS)
+
+
+def late_stream(with_u: bool, delay: int = 1):
+    """The first adversarial review's attack, on unbounded input: u's one event on key "j" at
+    step 5; after step 6 is released, 100 other units' events at step 3 (late)."""
+    stream = TestStream().add_elements(
+        [TimestampedValue((f"b{i}", "big"), 5.0) for i in range(200)])
+    for step in range(STEPS.horizon):
+        if step == 5 and with_u:
+            stream = stream.add_elements([TimestampedValue(("u", "j"), 55.0)])
+        stream = stream.advance_watermark_to(STEPS.end(step))
+        if step == 6:
+            stream = stream.add_elements(
+                [TimestampedValue((f"v{i}", "j"), 35.0) for i in range(100)])
+    return stream.advance_watermark_to_infinity()
+
+
+def test_late_data_is_late_for_a_new_key_as_for_a_started_one(tmp_path):
+    """Whether other units' late data counts must not depend on whether u started the key
+    (a per-key progress would start at the key's first data: u would decide it). The bucket's
+    progress is seeded at the origin: the 100 late events are dead letters with or without
+    u, and key "j" stays unpublished both ways."""
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    for with_u in (False, True):
+        paths = {name: tmp_path / f"{name}-{with_u}" for name in ("records", "dead")}
+        with beam.Pipeline(options=options) as pipeline:
+            result = pipeline | late_stream(with_u) | count(selection_delta=1e-6, seed=7)
+            result.records | "R" >> beam.ParDo(Collect(paths["records"]))
+            result.dead_letters | "D" >> beam.ParDo(Collect(paths["dead"]))
+        records = collected(paths["records"]) if paths["records"].exists() else []
+        dead = collected(paths["dead"])
+        assert {r["key"] for r in records} == {"big"}
+        assert sum(1 for d in dead if d["code"] == "late") == 100
+
+
+def test_buckets_are_a_stable_function_of_the_typed_key():
+    """No Python `hash` (salted per process): the bucket of a key is the same on every worker
+    and in every run."""
+    assert [bucket_of(k, 7) for k in ("a", "b", 5, "5")] == [
+        int.from_bytes(hashlib.sha256(f"{type(k).__name__}:{k!r}".encode()).digest()[:8],
+                       "big") % 7 for k in ("a", "b", 5, "5")]
 
 
 def test_keys_of_another_type_are_never_released():
@@ -247,3 +290,21 @@ def test_transforms_that_do_not_select_keys_require_them(make):
     with pytest.raises(ValidationError, match=r"^`public_keys` must be a non-empty list of "
                                               r"ids for Continual"):
         make()
+
+
+@pytest.mark.parametrize("make,events_of", [
+    (lambda: ContinualSum(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5,
+                          insecure=True, max_value=5.0, max_contributions=10,
+                          release_id="ab" * 16),
+     lambda rng: [((f"u{u}", "k" + str(u % 3), float(rng.uniform(0, 5))),
+                   round(float(rng.uniform(0, 80)), 2)) for u in range(150)]),
+    (lambda: ContinualCountDistinct(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5,
+                                    insecure=True, max_flips=4, release_id="ab" * 16),
+     lambda rng: [(("+", f"item{i}", "s" + str(i % 2)), round(float(rng.uniform(0, 80)), 2))
+                  for i in range(120)]),
+])
+def test_sums_and_distinct_counts_select_alike_in_batch_and_streaming(make, events_of):
+    data = events_of(np.random.default_rng(2))
+    records, _ = run(make(), data)
+    streamed, _ = run(make(), data, mode="streaming", steps=STEPS)
+    assert records and records == streamed

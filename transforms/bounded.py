@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import math
 from fractions import Fraction
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -93,6 +93,79 @@ class KeySums:
             else:
                 out[step] = float(sum((Fraction(v) for v in values), Fraction(whole)))
         return out
+
+
+KEY_TYPES = {"str": str, "int": int}  # `ReleaseConfig.key_type` -> the type released
+
+
+def other_key_type(key, config: ReleaseConfig):
+    """A release selecting its keys releases one key type (5 and "5" would be published under
+    one name): the dead letter of a key of another type (never released, whatever its data:
+    an id rule), or None."""
+    if type(key) is KEY_TYPES[config.key_type]:
+        return None
+    return dead_letter(key, Reason("invalid_record", f"key of type {type(key).__name__} "
+                                                     f"{key!r} is not of the release's key "
+                                                     f"type {config.key_type!r}: not released"))
+
+
+class KeyWindow(NamedTuple):
+    """What `release_window` gives: the (step, value, previous) to publish, the key's new
+    state and halt step, and, selecting keys, its first step with data and selection step;
+    `dead`: the reasons of its exact-totals halts (dead letters)."""
+    published: list
+    state: Any
+    halted: Optional[int]
+    start: Optional[int]
+    selected: Optional[int]
+    dead: list
+
+
+def release_window(maker: RecordMaker, key, state, x: np.ndarray, first: int,
+                   halted: Optional[int] = None, start: Optional[int] = None,
+                   selected: Optional[int] = None, tau: Optional[float] = None) -> KeyWindow:
+    """One key's release of steps first .. first + len(x) - 1 (x: its exact step totals) from
+    `state` (at step `first`): the one rule of both pipelines (`_ReleaseKeysFn`, and the
+    streaming release of selected keys, `transforms.selecting`).
+
+    Exact totals (discrete noise): a step total, running total or released value reaching
+    2^53 in magnitude halts the key at that step (`RecordMaker.exact_totals`). `tau` (keys
+    selected privately): a key is published from the first step >= `start` (its first data)
+    whose released value reaches tau (`selection.first_selected`), and every step after."""
+    dead = []
+    over = maker.exact_halt(state, x)  # exact totals: None unless a total reaches 2^53
+    stop = first + x.shape[0]
+    if over is not None:
+        x = x.copy()
+        x[over:] = 0.0  # not summed: the key's state keeps its exact total
+        if halted is None or first + over < halted:
+            halted = first + over
+            dead.append(maker.limit_reason(key, halted))
+        if over == 0 and not -EXACT_FLOAT < state.running_total < EXACT_FLOAT:  # (an old state's)
+            state = counter_state(stop, state.running_total)  # the steps only
+            x = x[:0]
+    stream = maker.for_key(key)
+    previous = stream.last_output(state) if first else 0.0  # the release at first - 1
+    outputs, state = stream.advance(state, x) if x.shape[0] else ((), state)
+    if maker.exact_totals:  # a released value reaching 2^53 halts the key too
+        count = len(outputs) if halted is None else halted - first
+        over = maker.exact_outputs(outputs, count)
+        if over is not None:
+            halted = first + over
+            dead.append(maker.limit_reason(key, halted))
+    if tau is not None and selected is None and start is not None:
+        count = len(outputs) if halted is None else max(0, min(len(outputs), halted - first))
+        found = first_selected(outputs[:count], tau, max(start - first, 0))
+        selected = None if found is None else first + found
+    published = []
+    for offset, value in enumerate(outputs):
+        step = first + offset
+        if halted is not None and step >= halted:
+            break
+        if tau is None or (selected is not None and step >= selected):
+            published.append((step, float(value), previous))
+        previous = float(value)  # (not published before the key is selected)
+    return KeyWindow(published, state, halted, start, selected, dead)
 
 
 @beam.typehints.with_output_types(KEYED)
@@ -179,7 +252,6 @@ class _ReleaseKeysFn(beam.DoFn):
         # no public keys: keys are selected privately (`transforms.mechanisms.selection`)
         self.tau = config.selection_threshold
         self.selects = self.tau is not None
-        self.key_type = {"str": str, "int": int}.get(config.key_type)
         # operator-only: keys with data (a private count) and keys selected, so far
         self.with_data = self.published = None
         if config.diagnostics:
@@ -194,11 +266,9 @@ class _ReleaseKeysFn(beam.DoFn):
     def process(self, item, window=beam.DoFn.WindowParam):
         key, grouped = item
         if self.selects:  # every key with data (or a state: it had data in a run before)
-            if type(key) is not self.key_type:  # never released (an id rule, not the data's)
-                yield dead_letter(key, Reason("invalid_record", f"key of type "
-                                              f"{type(key).__name__} {key!r} is not of the "
-                                              f"release's key type {self.config.key_type!r}: "
-                                              f"not released"))
+            refused = other_key_type(key, self.config)
+            if refused is not None:
+                yield refused
                 return
             yield from self._release(key, grouped, window)
         elif list(grouped["seed"]):  # else not a public key: no output, whatever its data
@@ -235,39 +305,14 @@ class _ReleaseKeysFn(beam.DoFn):
                     x[step - first] += value
             if values and start is None:  # a kept contribution starts the key (any value)
                 start = min(values)
-        maker = self.maker
-        over = maker.exact_halt(state, x)  # exact totals: None unless a total reaches 2^53
-        if over is not None:
-            x[over:] = 0.0  # not summed: the key's state keeps its exact total
-            if halted is None or first + over < halted:
-                halted = first + over
-                yield dead_letter(key, maker.limit_reason(key, halted))
-            if over == 0 and not -EXACT_FLOAT < state.running_total < EXACT_FLOAT:  # (an old state's)
-                state = counter_state(stop, state.running_total)  # the steps only
-                x = x[:0]
-        stream = maker.for_key(key)
-        previous = stream.last_output(state) if first else 0.0  # the release at first - 1
-        outputs, state = stream.advance(state, x) if x.shape[0] else ((), state)
-        if maker.exact_totals:  # a released value reaching 2^53 halts the key too
-            count = len(outputs) if halted is None else halted - first
-            over = maker.exact_outputs(outputs, count)
-            if over is not None:
-                halted = first + over
-                yield dead_letter(key, maker.limit_reason(key, halted))
+        run = release_window(self.maker, key, state, x, first, halted, start, selected,
+                             self.tau)
+        state, halted, start, selected = run.state, run.halted, run.start, run.selected
+        for reason in run.dead:
+            yield dead_letter(key, reason)
         stamps = self._stamps
-        if self.selects and selected is None and start is not None:
-            count = len(outputs) if halted is None else max(0, min(len(outputs), halted - first))
-            found = first_selected(outputs[:count], self.tau, max(start - first, 0))
-            selected = None if found is None else first + found
-        for offset, value in enumerate(outputs):
-            step = first + offset
-            if halted is not None and step >= halted:
-                break
-            if self.selects and (selected is None or step < selected):
-                previous = float(value)  # not published: the key is not selected yet
-                continue
-            record = self.maker.record(key, step, float(value), previous)
-            previous = float(value)
+        for step, value, previous in run.published:
+            record = self.maker.record(key, step, value, previous)
             if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
                 yield WindowedValue(record, stamps[step], GLOBAL_WINDOWS)
             else:

@@ -585,12 +585,6 @@ class ContinualBase(beam.PTransform):
                            self.checkpoint)
             return release_bounded(events, self.problem, self.config, self.public_keys, window,
                                    self._resume_units, self._resume_keys, self.diagnostics)
-        if self.selects:
-            check.fail("public_keys", "given for unbounded input (selecting keys privately "
-                                      "runs on bounded input: a streaming key's late data "
-                                      "would count or not by whether another unit had "
-                                      "started the key, which the selection's proof excludes)",
-                       None)
         if self.checkpoint is not None and passed is None:
             check.fail("checkpoint", "used with a claimed release (claims= or claimed_by: "
                                      "its unit log is written only by the execution that "

@@ -619,6 +619,12 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     # ((key, step), Delta(value | halt)) at each step's end + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))
+    if public_keys is None:  # keys selected privately: released per bucket of keys
+        from transforms.selecting import ReleaseSelected
+        released = totals | "ReleaseSelectedKeys" >> ReleaseSelected(config)
+        # records of selected keys from their selection step on + dead letters
+        return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
+                                        released.dead_letters], None, None)
     public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
     # the same, of public keys only
     released = public | "ReleasePerKey" >> ReleaseStreaming(
