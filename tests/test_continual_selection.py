@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from tests.support.beam import AppendJson, read_json_lines, run
@@ -76,7 +76,7 @@ def test_batch_and_streaming_select_the_same_keys_and_records():
 def late_stream(with_u: bool, delay: int = 1):
     """The first adversarial review's attack, on unbounded input: u's one event on key "j" at
     step 5; after step 6 is released, 100 other units' events at step 3 (late)."""
-    stream = TestStream().add_elements(
+    stream = BeamTestStream().add_elements(
         [TimestampedValue((f"b{i}", "big"), 5.0) for i in range(200)])
     for step in range(STEPS.horizon):
         if step == 5 and with_u:
@@ -308,3 +308,13 @@ def test_sums_and_distinct_counts_select_alike_in_batch_and_streaming(make, even
     records, _ = run(make(), data)
     streamed, _ = run(make(), data, mode="streaming", steps=STEPS)
     assert records and records == streamed
+
+
+def test_unbounded_input_needs_a_release_delay():
+    """At release_delay_steps = 0 a step is due at its end, when its totals leave the
+    truncation: every total would be late (nothing counted, public keys or selected)."""
+    for kwargs in ({}, {"public_keys": ["big"], "selection_delta": None}):
+        with pytest.raises(Exception, match=r"`release_delay_steps` must be an integer >= 1 on "
+                                            r"unbounded input"):
+            run(count(release_delay_steps=0, **kwargs), events(np.random.default_rng(1)),
+                mode="streaming", steps=STEPS)

@@ -585,6 +585,11 @@ class ContinualBase(beam.PTransform):
                            self.checkpoint)
             return release_bounded(events, self.problem, self.config, self.public_keys, window,
                                    self._resume_units, self._resume_keys, self.diagnostics)
+        if self.release_delay_steps < 1:
+            check.fail("release_delay_steps", "an integer >= 1 on unbounded input (a step's "
+                                              "totals reach the release at the step's end, "
+                                              "when a delay of 0 releases it: every total "
+                                              "would be late)", self.release_delay_steps)
         if self.checkpoint is not None and passed is None:
             check.fail("checkpoint", "used with a claimed release (claims= or claimed_by: "
                                      "its unit log is written only by the execution that "
