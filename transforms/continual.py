@@ -7,6 +7,10 @@ input, `transforms.streaming` for unbounded input):
     counts.records | WriteRecordsToParquet("out/counts")
     counts.dead_letters | ...
 
+Without `public_keys`, ContinualCount, ContinualSum and ContinualCountDistinct select their
+keys privately (`selection_delta=`; docs/selection.md): a key's records start at the first step
+its noisy running total reaches a threshold.
+
 Every transform returns a `ContinualResult` with `.records` (one dict per public key and step)
 and `.dead_letters` (bad, late or out-of-horizon elements with a reason); on bounded input also
 the new unit and key states (the scheduler checkpoints them, see `resume`).
@@ -53,8 +57,9 @@ from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProbl
 UNJOINED = "0" * 32  # the release id of a part until its composite gives it its own
 
 
-POSTPROCESS = (None, "nonnegative")
-KEY_TYPES = ("str", "int")  # the key types a release selecting its keys may release  # what a release may apply to its released running totals
+POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
+KEY_TYPES = ("str", "int")  # the key types a release selecting its keys may release
+
 
 def _checked_public_keys(public_keys) -> list:
     keys = list(public_keys) if public_keys is not None else []
@@ -222,8 +227,9 @@ class ContinualBase(beam.PTransform):
         # this job graph's execution id there (its unit log folder, named in its step claims)
         self.checkpoint = checkpoint
         if checkpoint is not None and self.selects:
-            check.fail("checkpoint", "None for a release that selects its keys (a streaming "
-                                     "release needs public_keys)", checkpoint)
+            check.fail("checkpoint", "None for a release that selects its keys (a checkpointed "
+                                     "streaming release publishes each step once every public "
+                                     "key's record is in: it needs public_keys)", checkpoint)
         self.execution = secrets.token_hex(8) if checkpoint is not None else None
         self.problem = self.make_problem()
         self.config = self._release_config()
@@ -622,7 +628,8 @@ def _across_keys(problem: CountProblem) -> CountProblem:
 
 
 class ContinualCount(ContinualBase):
-    """Running count per public key; elements (unit, key) timestamped with event time.
+    """Running count per public key (or per key selected privately, without public_keys);
+    elements (unit, key) timestamped with event time.
 
     Each unit (user) contributes at most `max_contributions_per_step` events per step and
     `max_contributions` over the horizon to at most `max_keys_per_unit` keys."""
