@@ -319,33 +319,40 @@ def write_records(records, job: job_config.JobConfig, prefix: str) -> list:
 def released_stddevs(folder: str) -> list:
     """The `stddev` of every record written under `folder` (public: data-independent), read
     from one format (the others hold the same records)."""
-    return released_column(folder, "stddev", float)
+    return released_columns(folder, {"stddev": float})["stddev"]
 
 
-def released_column(folder: str, name: str, kind=str) -> list:
-    """Column `name` of every record written under `folder` (public: the records are), read
-    from one format (the others hold the same records); CSV cells through `kind`."""
+def released_columns(folder: str, kinds: dict) -> dict:
+    """{name: column} of every record written under `folder` for each name of `kinds` (public:
+    the records are), read once from one format (the others hold the same records); CSV cells
+    through the name's kind."""
     import pyarrow.parquet as pq
+    names = list(kinds)
     for fmt in ("parquet", "jsonl", "csv"):
         paths = sorted(m.path for m in FileSystems.match(
             [os.path.join(folder, f"records-*.{fmt}")])[0].metadata_list)
         if not paths:
             continue
-        values = []
+        columns = {name: [] for name in names}
         for path in paths:
             with FileSystems.open(path) as handle:
                 data = handle.read()
             if fmt == "parquet":
-                values += pq.read_table(pa_buffer(data), columns=[name]).column(
-                    name).to_pylist()
+                table = pq.read_table(pa_buffer(data), columns=names)
+                for name in names:
+                    columns[name] += table.column(name).to_pylist()
             elif fmt == "jsonl":
-                values += [json.loads(line)[name] for line in data.decode().splitlines()
-                           if line.strip()]
+                for line in data.decode().splitlines():
+                    if line.strip():
+                        row = json.loads(line)
+                        for name in names:
+                            columns[name].append(row[name])
             else:
-                values += [kind(row[name]) for row in
-                           csv.DictReader(data.decode().splitlines())]
-        return values
-    return []
+                for row in csv.DictReader(data.decode().splitlines()):
+                    for name in names:
+                        columns[name].append(kinds[name](row[name]))
+        return columns
+    return {name: [] for name in names}
 
 
 def pa_buffer(data: bytes):

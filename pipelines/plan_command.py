@@ -12,6 +12,12 @@ def _number(value) -> str:
     return short if float(short) == float(value) else repr(float(value))
 
 
+def noise_kind(descriptor: dict) -> str:
+    """The `noise=` a release was built with ("discrete" or "float"), from its descriptor's
+    noise law."""
+    return "float" if descriptor["noise"] in ("laplace", "gaussian") else "discrete"
+
+
 def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> list:
     """The `pipelines.plan` arguments that plan one released stream as the release calibrated
     it, from its descriptor (the state budget is not in the descriptor: pass it when it is not
@@ -26,7 +32,7 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
         budget = ["--rho", _number(total["rho"])]
     state = (["--max-state-bytes-per-key", str(max_state_bytes_per_key)]
              if max_state_bytes_per_key not in (None, DEFAULT_MAX_STATE_BYTES_PER_KEY) else [])
-    noise = ["--noise", "float"] if descriptor["noise"] in ("laplace", "gaussian") else []
+    noise = ["--noise", "float"] if noise_kind(descriptor) == "float" else []
     if "parts" in descriptor:  # a mean: its split and both parts' tables
         bounds = descriptor["bounds"]
         grid = bounds.get("value_resolution")

@@ -258,6 +258,7 @@ def selecting_max_se(descriptor) -> Optional[float]:
     if not descriptor or descriptor.get("public_keys", "") is not None or \
             "selection" not in descriptor:
         return None
+    from pipelines.plan_command import noise_kind
     from transforms.mechanisms import ConstantNoiseSource, make
     declaration = descriptor["declaration"]
     mechanism = make(descriptor["mechanism"], descriptor["horizon"],
@@ -265,8 +266,7 @@ def selecting_max_se(descriptor) -> Optional[float]:
                      max_contributions=declaration["max_contributions"],
                      interval_bound=declaration["interval_bound"],
                      noise_source=ConstantNoiseSource(0.0),
-                     noise="float" if descriptor["noise"] in ("laplace", "gaussian")
-                     else "discrete", **descriptor["params"])
+                     noise=noise_kind(descriptor), **descriptor["params"])
     return float(max(mechanism.noise_std())) * descriptor.get("value_scale", 1.0)
 
 

@@ -379,7 +379,8 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
               + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
-    stddevs = io.released_stddevs(public_folder)
+    columns = io.released_columns(public_folder, {"stddev": float, "key": str})
+    stddevs = columns["stddev"]
     records, max_se = len(stddevs), max(stddevs, default=0.0)
     if job.public_keys is None:  # selected keys: records start late, or never; the steps'
         # own stddev (data-independent), as every record of the step carries it
@@ -392,18 +393,18 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
             "transform": job.transform, **transform.summary(), "why": chosen,
             "max_se": max_se,
             "records": records, "steps": job.steps.horizon,
-            **_keys_summary(transform, job, public_folder),
+            **_keys_summary(transform, job, columns["key"]),
             "records_path": os.path.join(shown, records_prefix) + "-*."
                             + "{" + ",".join(job.output.formats) + "}",
             "manifest": os.path.join(shown, "release.json")}
 
 
-def _keys_summary(transform, job, public_folder: str) -> dict:
+def _keys_summary(transform, job, keys: list) -> dict:
     """The public keys' count, or, keys selected privately, the rule and how many keys the
-    records hold (public: they are the published keys)."""
+    records (`keys`: their key column) hold (public: they are the published keys)."""
     if job.public_keys is not None:
         return {"public_keys": len(job.public_keys)}
-    published = len(set(io.released_column(public_folder, "key")))
+    published = len(set(keys))
     rule, scale = transform.selection, transform.value_scale
     return {"public_keys": None, "selected_keys": published,
             "selection": {"threshold": rule["threshold"] * scale, "delta": rule["delta"],

@@ -145,7 +145,7 @@ def release_window(maker: RecordMaker, key, state, x: np.ndarray, first: int,
             state = counter_state(stop, state.running_total)  # the steps only
             x = x[:0]
     stream = maker.for_key(key)
-    previous = stream.last_output(state) if first else 0.0  # the release at first - 1
+    before = state
     outputs, state = stream.advance(state, x) if x.shape[0] else ((), state)
     if maker.exact_totals:  # a released value reaching 2^53 halts the key too
         count = len(outputs) if halted is None else halted - first
@@ -158,13 +158,21 @@ def release_window(maker: RecordMaker, key, state, x: np.ndarray, first: int,
         found = first_selected(outputs[:count], tau, max(start - first, 0))
         selected = None if found is None else first + found
     published = []
-    for offset, value in enumerate(outputs):
+    # the window's first published step, if any (a key selected before: the window's first)
+    since = first if tau is None else None if selected is None else max(first, selected)
+    if since is None or since >= first + len(outputs):
+        return KeyWindow(published, state, halted, start, selected, dead)
+    # the release at since - 1: derived from the state only when it is first - 1 (its noise
+    # again; O(t) for the discrete square root), an unselected key's window derives nothing
+    previous = (0.0 if since == 0 else stream.last_output(before) if since == first
+                else float(outputs[since - first - 1]))
+    for offset in range(since - first, len(outputs)):
         step = first + offset
         if halted is not None and step >= halted:
             break
-        if tau is None or (selected is not None and step >= selected):
-            published.append((step, float(value), previous))
-        previous = float(value)  # (not published before the key is selected)
+        value = float(outputs[offset])
+        published.append((step, value, previous))
+        previous = value
     return KeyWindow(published, state, halted, start, selected, dead)
 
 

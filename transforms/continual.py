@@ -405,10 +405,9 @@ class ContinualBase(beam.PTransform):
         """The release's whole budget (epsilon / rho / delta as resolved; a release that
         selects its keys adds its selection delta)."""
         spent = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
-        if self.selects:
-            spent["delta"] = self.selection_delta + spent.get("delta", 0.0)
-            if self.budget.delta is not None:  # (epsilon, delta) as given: split, not added
-                spent["delta"] = self._given_delta
+        if self.selects:  # (epsilon, delta) as given: split, not added
+            spent["delta"] = self.selection_delta if self.budget.delta is None \
+                else self._given_delta
         return spent
 
     def summary(self) -> dict:
