@@ -33,6 +33,9 @@ MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 SELECTING = ("count", "sum", "count_distinct")  # transforms that may select their keys
+DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
+MAX_GATE_SHARE = 0.5
+GATED = ("count", "sum", "mean", "count_distinct", "degree_count", "triangle_count")  # a unit
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
 DEMO_PREFIX = "demo:"
@@ -150,6 +153,7 @@ class PrivacySpec:
     delta: Optional[float] = None
     noise: str = "discrete"
     selection_delta: Optional[float] = None  # no public keys: the delta selection spends
+    gate_share: float = DEFAULT_GATE_SHARE  # the input gate's share (`pipelines.gate`)
 
     @property
     def budget(self) -> Dict[str, float]:
@@ -213,6 +217,16 @@ class JobConfig:
     secret: SecretSpec
     output: OutputSpec
     postprocess: Optional[str] = None  # "nonnegative": running totals clamped at 0
+
+    @property
+    def gate_share(self) -> Optional[float]:
+        """The budget share of the private input gate (`pipelines.gate`), or None when the
+        job has none: streaming input (no gate), a declared release (its records name no
+        unit), or input.max_dead_letter_fraction 1 (the operator turned it off)."""
+        if self.input.unbounded or self.transform not in GATED or \
+                self.input.max_dead_letter_fraction >= 1.0:
+            return None
+        return self.privacy.gate_share
 
     @property
     def operator_path(self) -> str:
@@ -374,8 +388,14 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     timing["allowed_lateness_seconds"] = float(lateness)
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise",
-                                                         "selection_delta")))
+                                                         "selection_delta", "gate_share")))
     noise = privacy.pop("noise", "discrete")
+    gate_share = privacy.pop("gate_share", DEFAULT_GATE_SHARE)
+    if isinstance(gate_share, bool) or not isinstance(gate_share, (int, float)) or not (
+            0 < gate_share <= MAX_GATE_SHARE):
+        fail("privacy.gate_share", f"a number in (0, {MAX_GATE_SHARE:g}] (the input gate's "
+                                   f"share of the budget; input.max_dead_letter_fraction 1 "
+                                   f"turns the gate off)", gate_share)
     if noise not in ("discrete", "float"):
         fail("privacy.noise", "one of 'discrete' (exact integer noise, the default), 'float' "
                               "(continuous float64 noise, not safe against floating-point "
@@ -516,7 +536,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      InputSpec(resolve_path(source["path"]) if source_kind == "files" else "",
                                fmt, dict(fields), timestamp_format, types, source_kind,
                                **stream),
-                     StepsSpec(origin, size, horizon, **timing), PrivacySpec(**privacy, noise=noise),
+                     StepsSpec(origin, size, horizon, **timing), PrivacySpec(**privacy, noise=noise, gate_share=gate_share),
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),

@@ -1,68 +1,339 @@
-"""The input gate: a batch run whose input is mostly malformed publishes nothing (fail closed).
+"""The input gate: a batch run whose input is mostly unusable publishes nothing, and whether it
+publishes tells nothing about one person beyond the gate's share of the budget.
 
-A wrong column name, a horizon that misses the data or a file in another format turns most
-records into dead letters; a release of what is left would be noise presented as the data.
-So every output a run writes passes the gate first (a side input holding the run's tallies):
+A wrong column name, a horizon that misses the data, public keys spelt unlike the data's or a
+file in another format make a release of noise presented as the data. Whether a run publishes
+is public (its files, its exit code), so the gate decides in one of two ways only:
+- *structurally*, from what is not a person's data: a file that cannot be read at all (an
+  unreadable Parquet file) refuses the run unless `input.max_dead_letter_fraction` is 1;
+- *privately*, by a noisy count costing `privacy.gate_share` of the release's budget (bound to
+  its descriptor, stated in its records and `release.json`).
 
-    rows:    elements | CombineGlobally(rows read)            (an EventBatch counts its rows)
-    read:    the reader's dead letters | CombineGlobally(the records they stand for)
-    codes:   every dead letter | CombineGlobally(records, unknowns and one detail per code)
-    gated:   output | Map(`verdict`: refuse if the malformed records are more than
-             `input.max_dead_letter_fraction` of rows + read, if no record is well-formed and
-             inside the horizon, or if a file could not be read and the fraction is below 1)
+The private rule (f = `input.max_dead_letter_fraction`, as p/q to 1/1000): every unit (what
+one person is for the transform: a user, an item, an edge) casts one vote, by what most of
+its input records are (ties go to the first of):
 
-A dead letter may stand for more than one record (`weight`: a CSV record whose open quote
-swallowed the lines after it, a JSON array on one line) or for an unknown number (a Parquet
-file that cannot be read), so a few bad bytes cannot hide most of the input from the count.
+    used       well-formed, inside the horizon, of a public key (any key when keys are selected)
+    off_key    well-formed, inside the horizon, of a key not in `public_keys`
+    outside    well-formed, outside the horizon (neutral for a scheduled release: its source
+               may hold history; unusable for a one-run release)
+    malformed  a dead letter of the reader from which the unit can be read
 
-The gate raises `GarbageInput` before any record, key state or unit state reaches a sink, so a
-refused run writes no public file and spends nothing: its noise never leaves the workers.
-The decision is the operator's (the config's fraction) and depends only on whether records are
-well-formed for the job (`transforms.streams.records.INPUT_CODES`), never on their values;
-it is documented in docs/privacy.md ("The input gate").
+A unit scores q - p when its vote is unusable, -p when it is used (0 when neutral). A line from
+which no unit can be read (invalid JSON, a CSV record of the wrong width) is assumed to carry no
+person's data (no unit owns it) and scores (q - p) per record it may hide, exactly. The run is
+refused when score + X > tau, X discrete Laplace (pure DP) or discrete Gaussian (zCDP) noise from
+the release's one noise seam, calibrated to one unit's influence max(p, q - p), and tau the
+smallest integer with P(X > tau) <= BETA: an input whose true score is <= 0 (at most f of it
+unusable) is refused with probability at most BETA. Adding or removing one unit's records moves
+the score by at most max(p, q - p), so the publish-or-refuse decision is gate_share-DP
+(docs/privacy.md, "The input gate").
+
+    votes:   elements + the reader's dead letters | (unit, [used, off_key, outside, malformed])
+             | CombinePerKey | one vote per unit | CombineGlobally -> [4 vote counts]
+    lines:   the reader's dead letters without a unit | CombineGlobally -> (records, unknown)
+    codes:   every dead letter | CombineGlobally -> {code: [records, unknown, detail]}
+             (operator-only: the refusal's exact reasons)
+    verdict: (votes, lines, codes) | Map(`Gate.verdict`) -> True, or GarbageInput
+    gated:   output | Map(passes once the verdict did)
+
+A refused run writes no public file; it spent the gate's share only (its records' noise never
+left the workers).
 """
 from __future__ import annotations
 
-import apache_beam as beam
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Optional
 
-from transforms.arrow_input import EventBatch
+import apache_beam as beam
+import numpy as np
+
+from transforms.arrow_input import EventBatch, python_cells
+from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE,
+                                            DiscreteSampler)
+from transforms.release import descriptor_digest
 from transforms.streams.records import CODES, INPUT_CODES
 from transforms.validation import ValidationError
 
 EXAMPLE_CHARS = 160
+USED, OFF_KEY, OUTSIDE, MALFORMED = range(4)
+CATEGORIES = ("used", "off_key", "outside", "malformed")
+BETA = 1e-3  # the most often an input with at most f of it unusable is refused
+DEFAULT_SHARE = 0.02
+GATE_STREAM = b"dp-continual-release/input-gate"  # its own stream of the release's noise seam
+FRACTION_DENOMINATOR = 1000
+
+# the roles that name the unit of each transform's record (`release` declares its unit: none)
+UNIT_ROLES = {"count": ("unit",), "sum": ("unit",), "mean": ("unit",),
+              "count_distinct": ("item",), "degree_count": ("a", "b"),
+              "triangle_count": ("a", "b")}
 
 
 class GarbageInput(ValidationError):
     """A run refused by the input gate (before anything was written)."""
 
 
-def rows_of(element) -> int:
-    """Input records an element stands for: an EventBatch's rows, else 1."""
-    if type(element) is EventBatch:
-        return len(element) + len(element.extra) + len(element.dead)
-    return 1
+def gated_transforms() -> tuple:
+    """The transforms whose records name their unit: the ones with a private gate."""
+    return tuple(UNIT_ROLES)
 
 
-class RowsFn(beam.CombineFn):
-    """The number of input records (lifted: a partial count per bundle, no Map per element)."""
+def unit_of(transform: str, values: dict) -> Optional[str]:
+    """The unit of a record as the gate keys it (`values`: role -> parsed value), or None when
+    a role naming it is absent. An edge is unordered."""
+    roles = UNIT_ROLES.get(transform)
+    if not roles or any(role not in values for role in roles):
+        return None
+    if len(roles) == 2:
+        return repr(tuple(sorted((repr(values[roles[0]]), repr(values[roles[1]])))))
+    return repr(values[roles[0]])
 
-    def create_accumulator(self):
-        return 0
 
-    def add_input(self, count, element):
-        return count + rows_of(element)
+def _element_values(shape, element) -> dict:
+    values = {}
+    for part, value in zip(shape, element):
+        if isinstance(part, tuple):
+            values.update(_element_values(part, value))
+        else:
+            values[part] = value
+    return values
 
-    def merge_accumulators(self, counts):
-        return sum(counts)
 
-    def extract_output(self, count):
-        return count
+def _key_used(transform: str, values: dict, keys) -> bool:
+    """Whether a well-formed record falls on a public key (`keys`: a set, None = any key)."""
+    if keys is None:
+        return True
+    if transform in ("degree_count",):
+        return values.get("a") in keys or values.get("b") in keys
+    return values.get("key") in keys
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """The gate of one run: its rule (public: the config's) and the release it is bound to."""
+    transform: str            # the job's transform (registry name)
+    shape: tuple              # its element shape
+    limit: float              # input.max_dead_letter_fraction
+    outside_unusable: bool    # a one-run release: records outside the horizon are unusable
+    origin: float
+    size: float
+    horizon: int
+    public_keys: Optional[frozenset]  # None: keys selected privately
+    private: Optional[dict]   # the release's gate entry {"share", "budget"}; None: structural
+
+    @classmethod
+    def of(cls, job, transform, outside_unusable: bool = True,
+           private: bool = True) -> "Gate":
+        from transforms.registry import SPECS
+        steps = job.steps.time_steps()
+        keys = getattr(transform, "public_keys", None)
+        entry = getattr(transform, "gate", None) if private else None
+        return cls(job.transform, SPECS[job.transform].shape, job.input.max_dead_letter_fraction,
+                   outside_unusable, steps.origin, steps.size, steps.horizon,
+                   None if keys is None else frozenset(keys), entry)
+
+    # ----- the rule (public: from the config and the release's descriptor) -----
+    @property
+    def fraction(self) -> Fraction:
+        """f as p/q (to 1/FRACTION_DENOMINATOR)."""
+        return Fraction(self.limit).limit_denominator(FRACTION_DENOMINATOR)
+
+    def scores(self):
+        """(score of each vote category, score of one unattributed record, one unit's most)."""
+        f = self.fraction
+        p, q = f.numerator, f.denominator
+        bad = q - p
+        outside = bad if self.outside_unusable else 0
+        return (-p, bad, outside, bad), bad, max(p, bad)
+
+    def sampler(self) -> DiscreteSampler:
+        """The gate's noise: one unit's influence over the gate's budget."""
+        _, _, influence = self.scores()
+        budget = self.private["budget"]
+        if "epsilon" in budget:
+            return DiscreteSampler(DISCRETE_LAPLACE, influence / budget["epsilon"])
+        return DiscreteSampler(DISCRETE_GAUSSIAN, influence * influence / (2.0 * budget["rho"]))
+
+    def threshold(self) -> int:
+        """tau: the smallest integer with P(X > tau) <= BETA."""
+        return noise_threshold(self.sampler(), BETA)
+
+    # ----- what the pipeline computes -----
+    def record_votes(self, element, seconds: float):
+        """(unit, category) of a well-formed element at event time `seconds`."""
+        values = _element_values(self.shape, element)
+        unit = unit_of(self.transform, values)
+        step = math.floor((seconds - self.origin) / self.size)
+        if not 0 <= step < self.horizon:
+            return unit, OUTSIDE
+        return unit, USED if _key_used(self.transform, values, self.public_keys) else OFF_KEY
+
+    def score(self, votes) -> int:
+        unit_scores, _, _ = self.scores()
+        return int(sum(s * int(n) for s, n in zip(unit_scores, votes)))
+
+    def verdict(self, votes, lines, codes, noise_source_of=None) -> bool:
+        """True, or raises GarbageInput (see the module docstring). `votes`: the units' vote
+        counts by category; `lines`: (records, unknown) of dead letters with no unit;
+        `codes`: the exact tallies by code (operator-only; only named in a refusal)."""
+        records, unknown = lines
+        if unknown and self.limit < 1.0:
+            raise GarbageInput(
+                f"{UNREADABLE} (input.max_dead_letter_fraction 1 accepts them); got "
+                f"{unknown} file(s) that cannot be read. Nothing was published and nothing "
+                f"was spent.{_reasons(codes)}")
+        if self.private is None:
+            return True
+        _, line_score, _ = self.scores()
+        score = self.score(votes) + line_score * int(records)
+        source = noise_source_of()
+        noise = int(np.asarray(source.discrete_noise(self.sampler(), GATE_STREAM, 0, 0, 1))[0])
+        tau = self.threshold()
+        if score + noise <= tau:
+            return True
+        budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
+        raise GarbageInput(
+            f"{REFUSAL} (at most input.max_dead_letter_fraction = {self.limit:g} of its units "
+            f"malformed, outside the horizon or off public_keys, by the input gate's noisy "
+            f"count); got a noisy excess {score + noise} over the threshold {tau}. Nothing was "
+            f"published; the gate spent {budget} of the release's budget. Fix the input or the "
+            f"config and run again.{_reasons(codes)}")
+
+
+def noise_threshold(sampler: DiscreteSampler, beta: float) -> int:
+    """The smallest integer tau with P(X > tau) <= beta for the sampler's law.
+
+    >>> noise_threshold(DiscreteSampler(DISCRETE_LAPLACE, 1.0), 0.5) >= 0
+    True
+    """
+    if sampler.kind == DISCRETE_LAPLACE:
+        # P(X >= k) = r^k / (1 + r) for k >= 1, r = exp(-1/t)
+        r = math.exp(-1.0 / sampler.parameter)
+        if r <= 0.0:
+            return 0
+        k = math.ceil(math.log(beta * (1.0 + r)) / math.log(r))
+        return max(0, k - 1)
+    pmf = sampler.pmf(beta * 1e-6)
+    centre = (pmf.shape[0] - 1) // 2
+    upper = np.cumsum(pmf[::-1])[::-1]  # upper[i] = P(X >= i - centre)
+    above = np.flatnonzero(upper <= beta)
+    return max(0, int(above[0]) - centre - 1) if len(above) else int(pmf.shape[0] - centre)
+
+
+def _reasons(codes) -> str:
+    """The refusal's exact dead-letter tallies (operator-only: the console of the run)."""
+    bad = {code: entry for code, entry in (codes or {}).items() if code in INPUT_CODES}
+    if not bad:
+        return ""
+    top = sorted(bad.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))[:3]
+    return " Dead letters (operator-only, exact): " + "; ".join(
+        f"{code}: {count}" + (f" and {unknown} unreadable file(s)" if unknown else "")
+        + (f", e.g. {detail.rstrip('.')}" if code in CONFIG_DETAILS else "")
+        for code, (count, unknown, detail) in top) + "."
+
+
+REFUSAL = "`input` must be mostly usable records"
+UNREADABLE = "`input` must be files that can be read"
+# the one detail a refusal prints: built from the config (the column), never from a record
+CONFIG_DETAILS = ("missing_field",)
 
 
 def weight_of(letter: dict):
     """Input records a dead letter stands for: its "weight" (1 unless it says more), None when
     unknown (a file that cannot be read)."""
     return letter.get("weight", 1)
+
+
+class UnitVotesFn(beam.DoFn):
+    """A well-formed element (or an EventBatch) -> (unit, [used, off_key, outside,
+    malformed]) partial counts; a reader's dead letter with a unit -> (unit, malformed)."""
+
+    def __init__(self, gate: Gate):
+        self.gate = gate
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        counts = {}
+
+        def add(unit, category):
+            if unit is None:
+                return
+            entry = counts.get(unit)
+            if entry is None:
+                entry = counts[unit] = [0, 0, 0, 0]
+            entry[category] += 1
+
+        if type(element) is EventBatch:
+            gate = self.gate
+            values = {role: python_cells(column) for role, column in element.columns.items()}
+            roles = list(values)
+            for i, micros in enumerate(element.micros.tolist()):
+                add(*gate.record_votes(_rebuild(gate.shape, {r: values[r][i] for r in roles}),
+                                       micros / 1e6))
+            for item, micros in element.extra:
+                add(*gate.record_votes(item, micros / 1e6))
+        elif isinstance(element, dict):  # a reader's dead letter
+            add(element.get("unit"), MALFORMED)
+        else:
+            add(*self.gate.record_votes(element, timestamp.micros / 1e6))
+        yield from counts.items()
+
+
+def _rebuild(shape, values):
+    return tuple(_rebuild(p, values) if isinstance(p, tuple) else values[p] for p in shape)
+
+
+def _add_counts(counts):
+    total = [0, 0, 0, 0]
+    for entry in counts:
+        for i, n in enumerate(entry):
+            total[i] += n
+    return total
+
+
+def vote(counts) -> int:
+    """A unit's vote: the category most of its records are (ties: used, off_key, outside,
+    malformed, in that order)."""
+    return max(range(4), key=lambda c: (counts[c], -c))
+
+
+class VotesFn(beam.CombineFn):
+    """Vote counts by category."""
+
+    def create_accumulator(self):
+        return [0, 0, 0, 0]
+
+    def add_input(self, total, category):
+        total[category] += 1
+        return total
+
+    def merge_accumulators(self, totals):
+        return _add_counts(totals)
+
+    def extract_output(self, total):
+        return total
+
+
+class LinesFn(beam.CombineFn):
+    """(records, unknown) of the reader's dead letters with no unit: the records they stand
+    for, and how many stand for an unknown number (a file that cannot be read)."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add_input(self, total, letter):
+        if letter.get("unit") is not None:
+            return total
+        weight = weight_of(letter)
+        return (total[0] + (weight or 0), total[1] + (weight is None))
+
+    def merge_accumulators(self, totals):
+        totals = list(totals)
+        return (sum(t[0] for t in totals), sum(t[1] for t in totals))
+
+    def extract_output(self, total):
+        return total
 
 
 class CodesFn(beam.CombineFn):
@@ -98,96 +369,57 @@ class CodesFn(beam.CombineFn):
         return tally
 
 
-class ReadFn(beam.CombineFn):
-    """The input records the reader's dead letters stand for (unknown weights count 0: the
-    verdict refuses them by their code's tally)."""
-
-    def create_accumulator(self):
-        return 0
-
-    def add_input(self, count, letter):
-        return count + (weight_of(letter) or 0)
-
-    def merge_accumulators(self, counts):
-        return sum(counts)
-
-    def extract_output(self, count):
-        return count
-
-
-# the one detail a refusal prints: built from the config (the column), never from a record
-CONFIG_DETAILS = ("missing_field",)
-
-
-def verdict(rows: int, read: int, codes: dict, limit: float) -> None:
-    """Raises GarbageInput when the input's malformed records (`INPUT_CODES` but
-    `outside_horizon`) are more than `limit` of its records (rows + read), when no record is
-    both well-formed and inside the horizon, or when a file could not be read at all (an
-    unknown number of records) and `limit` is below 1. Records outside the horizon are not
-    malformed (a source may hold history before the origin, or events after the end) but do
-    not count as good, except with `limit` 1 (the operator's override: refused only when no
-    record is well-formed). An empty input passes: no record is not a bad record.
-
-    >>> verdict(10, 0, {"outside_horizon": [9, 0, "event time ..."]}, 0.5)
-    >>> verdict(0, 3, {"unparseable": [3, 0, "invalid JSON line: ..."]}, 1.0)
-    Traceback (most recent call last):
-    ...
-    pipelines.gate.GarbageInput: `input` must be mostly well-formed records (...
-    """
-    bad = {code: entry for code, entry in codes.items() if code in INPUT_CODES}
-    malformed = sum(entry[0] for code, entry in bad.items() if code != "outside_horizon")
-    outside = bad.get("outside_horizon", [0, 0, ""])[0]
-    unknown = sum(entry[1] for entry in bad.values())
-    total = rows + read
-    anything = limit >= 1.0  # the operator's override: refuse only if nothing is well-formed
-    good = total - malformed - (0 if anything else outside)
-    if not bad or (malformed <= limit * total and good > 0 and (unknown == 0 or anything)):
-        return
-    top = sorted(bad.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))[:3]
-    reasons = "; ".join(
-        f"{code} ({CODES[code]}): {count}" + (f" and {unknown} unreadable file(s)"
-                                              if unknown else "")
-        + (f", e.g. {detail.rstrip('.')}" if code in CONFIG_DETAILS else "")
-        for code, (count, unknown, detail) in top)
-    raise GarbageInput(
-        f"{REFUSAL} (malformed dead letters at most input.max_dead_letter_fraction = "
-        f"{limit:g} of them, no unreadable file unless it is 1, and at least one good record in "
-        f"the horizon); got {malformed} malformed and {outside} outside the horizon of {total} "
-        f"records" + (f", and {unknown} unreadable file(s)" if unknown else "")
-        + f". Top reasons: {reasons}. Nothing was published and no privacy budget was spent; "
-          f"the dead letters show the records (operator-only); fix the input or the config's "
-          f"fields, types, steps and run again.")
-
-
-REFUSAL = "`input` must be mostly well-formed records"
-
-
-def input_tallies(pipeline, elements, read_dead: list, all_dead: list, label: str = "Input"):
-    """(rows, read, codes) singletons of a run (see the module docstring)."""
+def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead: list,
+           label: str = "Gate"):
+    """The run's verdict: a singleton True once the gate passed (else the job fails with
+    GarbageInput before any output waiting on it)."""
     def one(pcolls, name):
+        if not pcolls:
+            return pipeline | f"{label}No{name}" >> beam.Create([])
         if len(pcolls) == 1:
             return pcolls[0]
         return list(pcolls) | f"{label}{name}" >> beam.Flatten()
 
-    rows = elements | f"{label}Rows" >> beam.CombineGlobally(RowsFn())
-    read = (one(read_dead, "ReadDead") if read_dead else
-            pipeline | f"{label}NoReadDead" >> beam.Create([])) \
-        | f"{label}ReadCount" >> beam.CombineGlobally(ReadFn())
+    read = one(read_dead, "ReadDead")
     codes = one(all_dead, "AllDead") | f"{label}Codes" >> beam.CombineGlobally(CodesFn())
-    return rows, read, codes
+    lines = read | f"{label}Lines" >> beam.CombineGlobally(LinesFn())
+    if gate.private is not None:
+        votes = ((elements, read) | f"{label}Records" >> beam.Flatten()
+                 | f"{label}UnitCounts" >> beam.ParDo(UnitVotesFn(gate))
+                 | f"{label}PerUnit" >> beam.CombinePerKey(_add_counts)
+                 | f"{label}Vote" >> beam.Map(lambda kv: vote(kv[1]))
+                 | f"{label}Votes" >> beam.CombineGlobally(VotesFn()))
+    else:
+        votes = pipeline | f"{label}NoVotes" >> beam.Create([[0, 0, 0, 0]])
+    source_of = gate_noise(transform) if gate.private is not None else None
+
+    def check(_, votes, lines, codes):
+        return gate.verdict(votes, lines, codes, source_of)
+
+    return (pipeline | f"{label}Start" >> beam.Create([None])
+            | f"{label}Verdict" >> beam.Map(check, beam.pvalue.AsSingleton(votes),
+                                            beam.pvalue.AsSingleton(lines),
+                                            beam.pvalue.AsSingleton(codes)))
 
 
-def gated(pcoll, tallies, limit: float, label: str):
-    """`pcoll`, each element passed only once the run's tallies pass the verdict."""
-    rows, read, codes = tallies
+class gate_noise:
+    """The gate's noise source, resolved on the worker: the release's secret bound to its id
+    and descriptor digest (the one seam; the gate's own stream)."""
 
-    def check(element, rows, read, codes):
-        verdict(rows, read, codes, limit)
-        return element
+    def __init__(self, transform):
+        self.secret = transform.secret
+        self.release = bytes.fromhex(transform.release_id) + bytes.fromhex(
+            descriptor_digest(transform.descriptor))
+        self.version = transform.noise_version
 
-    return pcoll | label >> beam.Map(check, beam.pvalue.AsSingleton(rows),
-                                     beam.pvalue.AsSingleton(read),
-                                     beam.pvalue.AsSingleton(codes))
+    def __call__(self):
+        return self.secret.noise_source(release=self.release, version=self.version)
+
+
+def gated(pcoll, verdict, label: str):
+    """`pcoll`, each element passed only once the run's verdict passed."""
+    return pcoll | label >> beam.Map(lambda element, _: element,
+                                     beam.pvalue.AsSingleton(verdict))
 
 
 def one_line(error: Exception) -> str:
@@ -195,15 +427,16 @@ def one_line(error: Exception) -> str:
     a refusal of the gate wrapped by another runner (a RuntimeError holding its traceback)
     is cut out of the text."""
     text = str(error)
-    start = text.find(REFUSAL)
-    if start > 0:
-        text = text[start:]
-        end = text.find("run again.")
-        text = text[:end + len("run again.")] if end >= 0 else text.splitlines()[0]
+    for marker in (REFUSAL, UNREADABLE):
+        start = text.find(marker)
+        if start > 0:
+            text = text[start:]
+            text = text.splitlines()[0]
+            break
     cut = text.find(" [while running")
     return text if cut < 0 else text[:cut]
 
 
 def refused(error: Exception) -> bool:
     """Whether `error` (as any runner raises it) is the gate's refusal."""
-    return REFUSAL in str(error)
+    return REFUSAL in str(error) or UNREADABLE in str(error)

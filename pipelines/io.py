@@ -131,12 +131,41 @@ class ToElement(beam.DoFn):
                 if kind == "id" and role in UNIT_ROLES:
                     values[role] = canonical_unit(values[role])
         except BadText as error:
-            yield dead_letter(row, Reason(BAD_TEXT, f"{BAD_TEXT}: {error}"))
+            yield self._dead(row, Reason(BAD_TEXT, f"{BAD_TEXT}: {error}"))
         except (ValueError, TypeError, ArithmeticError, RecursionError) as error:
-            yield dead_letter(row, Reason(code, f"{error}"))
+            yield self._dead(row, Reason(code, f"{error}"))
         else:
             seconds = values.pop("timestamp")
             yield TimestampedValue(registry.SPECS[job.transform].element(values), seconds)
+
+
+    def _dead(self, row, reason):
+        """The row's dead letter, with its unit (`gate.unit_of`) when the unit's fields can
+        be read: the input gate counts a malformed record as its unit's."""
+        letter = dead_letter_record(row, reason)
+        unit = row_unit(self.job, row)
+        if unit is not None:
+            letter["unit"] = unit
+        return beam.pvalue.TaggedOutput(DEAD_LETTER, letter)
+
+
+def row_unit(job: job_config.JobConfig, row):
+    """The gate's unit of a row (`gate.unit_of`), or None when the row names none readably."""
+    from pipelines.gate import UNIT_ROLES, unit_of
+    if not isinstance(row, dict):
+        return None
+    values = {}
+    for role in UNIT_ROLES.get(job.transform, ()):
+        column = job.input.fields.get(role)
+        if column is None or column not in row:
+            return None
+        try:
+            value = parse_cell(column, job.input.type_of(role), row[column],
+                               job.input.timestamp_format)
+        except Exception:  # noqa: BLE001 (an unreadable unit: the line is nobody's)
+            return None
+        values[role] = canonical_unit(value) if job.input.type_of(role) == "id" else value
+    return unit_of(job.transform, values)
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
@@ -421,7 +450,8 @@ def _not_text(row: dict):
     return None
 
 
-LONG_BAD_LINE = 1 << 16  # bytes: a bad JSON line this long hides an unknown number of records
+LONG_BAD_LINE = 1 << 16  # bytes: a bad JSON line this long may hide records run together,
+MIN_RECORD_BYTES = 8     # as many as its bytes could hold: a JSON record and its line end
 
 
 class ParseJson(beam.DoFn):
@@ -439,7 +469,8 @@ class ParseJson(beam.DoFn):
             # bad line longer than any record (records run together, CR line ends) for an
             # unknown number (the input gate refuses it unless told to accept anything)
             items = len(row) if isinstance(row, list) else 1
-            weight = None if items == 1 and len(line) > LONG_BAD_LINE else max(items, 1)
+            weight = max(items, 1, len(line) // MIN_RECORD_BYTES if len(line) > LONG_BAD_LINE
+                         else 1)
             yield dead_letter(line, Reason("unparseable",
                                           f"invalid JSON line: {str(error)[:200]}"),
                               weight=weight)

@@ -79,7 +79,7 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   noise=job.privacy.noise, release_id=release_id, diagnostics=True,
                   secret_fingerprint=secret_fingerprint,
                   max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
-                  release_delay_steps=job.steps.release_delay_steps,
+                  release_delay_steps=job.steps.release_delay_steps, gate_share=job.gate_share,
                   allowed_lateness_seconds=job.steps.allowed_lateness_seconds,
                   **job.privacy.budget, **job.bounds)
     if noise_version is not None:
@@ -116,9 +116,9 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
     # records (one per public key and step) + dead letters
-    tallies = gate.input_tallies(pipeline, elements, dead, dead + [result.dead_letters])
-    records = gate.gated(result.records, tallies, job.input.max_dead_letter_fraction,
-                         "InputGate")
+    verdict = gate.decide(pipeline, gate.Gate.of(job, transform), transform, elements, dead,
+                          dead + [result.dead_letters])
+    records = gate.gated(result.records, verdict, "InputGate")
     # the same records, once the input's dead letters passed the gate (else the job fails)
     writes = io.write_records(records, job,
                               os.path.join(public_folder or job.public_path, "records"))

@@ -111,10 +111,12 @@ def build(pipeline, job, transform, released, complete, previous, folder, listed
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
     # records of the window's steps + dead letters + the new unit and key states
-    tallies = gate.input_tallies(pipeline, elements, dead, dead + [result.dead_letters])
-    limit = job.input.max_dead_letter_fraction
+    # the private gate runs once, in the run that starts the release (a unit's votes in every
+    # run would spend its share again each run); later runs check the structure only
+    rule = gate.Gate.of(job, transform, outside_unusable=False, private=released == 0)
+    verdict = gate.decide(pipeline, rule, transform, elements, dead, dead + [result.dead_letters])
     records, unit_states, key_states = (
-        gate.gated(pcoll, tallies, limit, f"InputGate{name}") for name, pcoll in (
+        gate.gated(pcoll, verdict, f"InputGate{name}") for name, pcoll in (
             ("Records", result.records), ("UnitStates", result.unit_states),
             ("KeyStates", result.key_states)))
     # the same, once the input's dead letters passed the gate (else the run fails)

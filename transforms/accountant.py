@@ -61,3 +61,24 @@ def part_kwargs(budget: PrivacyBudget) -> dict:
 def _event(budget: PrivacyBudget, value: float):
     return PureDp(value) if budget.noise == LAPLACE else Zcdp(value)
 
+
+
+# the input gate's share of a release's budget: at most this (a gate is a small check)
+MAX_GATE_SHARE = 0.5
+
+
+def gate_budget(budget: PrivacyBudget, share: float):
+    """(the gate's descriptor entry, the counting budget): `share` of the release's epsilon
+    (Laplace) or rho (zCDP; an (epsilon, delta) budget's rho) for the input gate
+    (`pipelines.gate`), the rest for the release; the two compose to at most the total.
+
+    >>> gate, counting = gate_budget(PrivacyBudget.resolve(epsilon=1.0), 0.02)
+    >>> gate, counting.epsilon
+    ({'share': 0.02, 'budget': {'epsilon': 0.02}}, 0.98)
+    """
+    share = check.open_unit_interval("gate_share", share)
+    if share > MAX_GATE_SHARE:
+        check.fail("gate_share", f"at most {MAX_GATE_SHARE:g} (the input gate is a small "
+                                 f"check beside the release)", share)
+    parts = share_budget(budget, {"gate": share, "release": 1.0 - share})
+    return {"share": share, "budget": part_kwargs(parts["gate"])}, parts["release"]

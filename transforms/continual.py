@@ -37,6 +37,7 @@ from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEA
                                            STATE_BUDGET, check_state_budget,
                                            over_budget_condition)
 from transforms.mechanisms.privacy import PrivacyBudget
+from transforms.accountant import gate_budget
 from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
@@ -138,7 +139,8 @@ class ContinualBase(beam.PTransform):
                  max_state_bytes_per_key: int = DEFAULT_MAX_STATE_BYTES_PER_KEY,
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
                  label: Optional[str] = None, part_of: Optional[str] = None,
-                 checkpoint: Optional[str] = None, postprocess: Optional[str] = None):
+                 checkpoint: Optional[str] = None, postprocess: Optional[str] = None,
+                 gate_share: Optional[float] = None):
         super().__init__(label)
         # opt-in post-processing of the running totals (bound to the release: descriptor)
         if postprocess not in POSTPROCESS:
@@ -176,6 +178,12 @@ class ContinualBase(beam.PTransform):
         self.selection_delta, delta = _selection_budget(self.selects, epsilon, rho, delta,
                                                         selection_delta)
         self.budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
+        # the whole budget the release states; a share of it may go to the input gate
+        # (`pipelines.gate`, bound to the descriptor), the rest is the counting budget
+        self._whole_budget = self.budget
+        self.gate = None
+        if gate_share is not None:
+            self.gate, self.budget = gate_budget(self.budget, gate_share)
         check.one_of("mechanism", mechanism, ("auto",) + NAMES)
         self.mechanism_name = mechanism
         self.mechanism_params = dict(mechanism_params or {})
@@ -326,6 +334,9 @@ class ContinualBase(beam.PTransform):
         if self.selects:  # the rule, never the keys it selects (they depend on the data)
             self.selection = self._selection(resolved)
             self.descriptor["selection"] = self.selection
+        if self.gate is not None:  # (absent otherwise: the digests of releases before)
+            self.descriptor["gate"] = self.gate
+        if self.selects or self.gate is not None:
             total = self.budget_spent  # records state the whole guarantee; the descriptor's
             # budget stays the counting budget (plan commands calibrate with it)
         if self.postprocess is not None:  # (absent otherwise: the digests of releases before)
@@ -404,9 +415,9 @@ class ContinualBase(beam.PTransform):
     def budget_spent(self) -> dict:
         """The release's whole budget (epsilon / rho / delta as resolved; a release that
         selects its keys adds its selection delta)."""
-        spent = {k: v for k, v in self.budget.as_dict().items() if k != "noise"}
+        spent = {k: v for k, v in self._whole_budget.as_dict().items() if k != "noise"}
         if self.selects:  # (epsilon, delta) as given: split, not added
-            spent["delta"] = self.selection_delta if self.budget.delta is None \
+            spent["delta"] = self.selection_delta if self._whole_budget.delta is None \
                 else self._given_delta
         return spent
 

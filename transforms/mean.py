@@ -158,6 +158,8 @@ class ContinualMean(ContinualBase):
             "interval": "fieller test inversion (transforms.mechanisms.ratio)",
             "public_keys": public_key_digest(self.public_keys),
             "parts": {part: self.parts[part].descriptor for part in PARTS}}
+        if self.gate is not None:  # (absent otherwise: the digests of releases before)
+            self.descriptor["gate"] = self.gate
         self._digest = descriptor_digest(self.descriptor)
         if self._given_release_id is not None:
             self.release_id = self._given_release_id
