@@ -15,11 +15,11 @@ its input records are (ties go to the first of):
 
     used       well-formed, inside the horizon, of a public key (any key when keys are selected)
     off_key    well-formed, inside the horizon, of a key not in `public_keys`
-    outside    well-formed, outside the horizon (neutral for a scheduled release: its source
-               may hold history; unusable for a one-run release)
+    outside    well-formed, outside the horizon (neutral: a source may hold history)
     malformed  a dead letter of the reader from which the unit can be read
 
-A unit scores q - p when its vote is unusable, -p when it is used (0 when neutral). A line from
+A unit scores q - p when its vote is unusable (malformed, off_key), -p when it is used, 0
+when outside. A line from
 which no unit can be read (invalid JSON, a CSV record of the wrong width) is assumed to carry no
 person's data (no unit owns it) and scores (q - p) per record it may hide, exactly. The run is
 refused when score + X > tau, X discrete Laplace (pure DP) or discrete Gaussian (zCDP) noise from
@@ -116,7 +116,7 @@ class Gate:
     transform: str            # the job's transform (registry name)
     shape: tuple              # its element shape
     limit: float              # input.max_dead_letter_fraction
-    outside_unusable: bool    # a one-run release: records outside the horizon are unusable
+    outside_unusable: bool    # whether records outside the horizon are unusable (not: history)
     origin: float
     size: float
     horizon: int
@@ -124,7 +124,7 @@ class Gate:
     private: Optional[dict]   # the release's gate entry {"share", "budget"}; None: structural
 
     @classmethod
-    def of(cls, job, transform, outside_unusable: bool = True,
+    def of(cls, job, transform, outside_unusable: bool = False,
            private: bool = True) -> "Gate":
         from transforms.registry import SPECS
         steps = job.steps.time_steps()
@@ -196,7 +196,7 @@ class Gate:
         budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
         raise GarbageInput(
             f"{REFUSAL} (at most input.max_dead_letter_fraction = {self.limit:g} of its units "
-            f"malformed, outside the horizon or off public_keys, by the input gate's noisy "
+            f"malformed or of keys not in public_keys, by the input gate's noisy "
             f"count); got a noisy excess {score + noise} over the threshold {tau}. Nothing was "
             f"published; the gate spent {budget} of the release's budget. Fix the input or the "
             f"config and run again.{_reasons(codes)}")
