@@ -128,7 +128,9 @@ class Gate:
            private: bool = True) -> "Gate":
         from transforms.registry import SPECS
         steps = job.steps.time_steps()
-        keys = getattr(transform, "public_keys", None)
+        # None: every well-formed record is of a released key (selected, or the one key)
+        keys = None if SPECS[job.transform].single_key is not None else \
+            getattr(transform, "public_keys", None)
         entry = getattr(transform, "gate", None) if private else None
         return cls(job.transform, SPECS[job.transform].shape, job.input.max_dead_letter_fraction,
                    outside_unusable, steps.origin, steps.size, steps.horizon,

@@ -105,6 +105,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=_positive_float("epsilon"),
                    help="pure DP budget of the whole release (or with --delta: approximate DP)")
     p.add_argument("--rho", type=_positive_float("rho"), help="zCDP budget of the whole release")
+    p.add_argument("--gate-share", type=_positive_float("gate-share", below_one=True),
+                   help="the input gate's share of the budget (pipelines.run's "
+                        "privacy.gate_share, default 0.02 there): the rest is planned")
     p.add_argument("--delta", type=_positive_float("delta", below_one=True),
                    help="with --epsilon: (epsilon, delta)-DP through the Gaussian mechanism")
     p.add_argument("--max-contributions", type=_positive_int("max-contributions"),
@@ -217,7 +220,21 @@ def privacy_from(args) -> dict:
     privacy = {"epsilon": args.epsilon}
     if args.delta is not None:
         privacy["delta"] = args.delta
-    return privacy
+    return counting_privacy(privacy, getattr(args, "gate_share", None))
+
+
+def counting_privacy(privacy: dict, gate_share) -> dict:
+    """The counting budget of a release whose input gate takes `gate_share` of `privacy`
+    (`transforms.accountant.gate_budget`, as the job splits it), or `privacy` without a gate."""
+    if gate_share is None:
+        return privacy
+    from transforms.accountant import gate_budget, part_kwargs
+    from transforms.mechanisms.privacy import PrivacyBudget
+    try:
+        _, counting = gate_budget(PrivacyBudget.resolve(**privacy), gate_share)
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
+    return part_kwargs(counting)
 
 
 def calibrated_rows(args, privacy: dict):
@@ -630,7 +647,33 @@ def plan_config(args) -> dict:
     return {"config": args.config, "job": job.job, "transform": job.transform,
             "mechanism": job.mechanism.name if chosen == "auto" else
             {"name": job.mechanism.name, "params": job.mechanism.params},
-            "streams": streams}
+            "streams": streams, "gate": gate_plan(job, transform)}
+
+
+def gate_plan(job, transform):
+    """The job's input gate (`pipelines.gate`): its share and budget, the threshold of its
+    noisy score and the noise's standard deviation, or None when the job has none."""
+    entry = getattr(transform, "gate", None)
+    if entry is None:
+        return None
+    from pipelines.gate import BETA, Gate
+    rule = Gate.of(job, transform)
+    sampler = rule.sampler()
+    return {"share": entry["share"], "budget": entry["budget"],
+            "threshold": rule.threshold(), "stddev": math.sqrt(sampler.variance),
+            "false_refusal": BETA, "max_dead_letter_fraction": job.input.max_dead_letter_fraction}
+
+
+def gate_text(gate) -> str:
+    if gate is None:
+        return ("input gate: none (input.max_dead_letter_fraction 1, streaming input or a "
+                "declared release): the whole budget is the release's")
+    budget = ", ".join(f"{k} {v:g}" for k, v in gate["budget"].items())
+    return (f"input gate: privacy.gate_share {gate['share']:g} ({budget}) of the budget; a run "
+            f"is refused when its noisy score (units mostly malformed or off public_keys, "
+            f"beyond input.max_dead_letter_fraction {gate['max_dead_letter_fraction']:g}) "
+            f"passes {gate['threshold']} (noise sd {gate['stddev']:.1f}; an input within the "
+            f"fraction is refused with probability <= {gate['false_refusal']:g})")
 
 
 def config_json(planned: dict) -> dict:
@@ -657,7 +700,7 @@ def config_text(planned: dict) -> str:
         mechanism["name"] + (f" {json.dumps(mechanism['params'], sort_keys=True)}"
                              if mechanism["params"] else ""))
     out = [f"job {planned['job']} ({planned['config']}): {planned['transform']}, mechanism "
-           f"{configured}"]
+           f"{configured}", gate_text(planned.get("gate"))]
     for stream in planned["streams"]:
         plan, runs = stream["plan"], stream["runs"]
         label = f"{stream['label']}: " if stream["label"] else ""

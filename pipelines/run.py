@@ -422,6 +422,14 @@ def keys_text(public: dict) -> str:
             f"selection delta {rule['delta']:g})")
 
 
+def gate_note(transform) -> str:
+    """Which part of the budget the input gate took (`pipelines.gate`), or nothing."""
+    gate = getattr(transform, "gate", None)
+    if gate is None:
+        return ""
+    return f", of which {budget_text(gate['budget'])} on the input gate"
+
+
 def budget_text(budget: dict) -> str:
     """A budget as the configs and `plan` write it: "epsilon=1, delta=1e-06"."""
     return ", ".join(f"{name}={value:g}" for name, value in budget.items() if value is not None)
@@ -454,8 +462,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
     elif transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
                      f"{budget_text(public['budget_spent'])} on this data (again, if this data "
-                     f"was released "
-                     f"before)")
+                     f"was released before)" + gate_note(transform))
     every = "every released step" if scheduled else "every step"
     lines += [f"records:      {public['records_path']} ({public['records']} records: every "
               + ("public key at " if public.get("public_keys") is not None else

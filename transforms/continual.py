@@ -426,7 +426,7 @@ class ContinualBase(beam.PTransform):
         name, params = self.resolved_mechanism
         return {"mechanism": name, "mechanism_params": params,
                 "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
-                "key_budget": self.descriptor["key_budget"]}
+                "key_budget": self.descriptor["key_budget"], "gate": self.gate}
 
     def plan_declarations(self) -> list:
         """(label, descriptor) of each released stream, for `pipelines.plan` commands."""

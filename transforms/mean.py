@@ -197,7 +197,7 @@ class ContinualMean(ContinualBase):
         return {"mechanism": f"mean = sum ({names[SUM]}) / count ({names[COUNT]})",
                 "mechanism_params": {**params, "sum_share": self.descriptor["sum_share"]},
                 "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
-                "key_budget": {part: p.descriptor["key_budget"]
+                "gate": self.gate, "key_budget": {part: p.descriptor["key_budget"]
                                for part, p in self.parts.items()},
                 "part_max_se": {SUM: sum_se, COUNT: count_se},
                 "se_times_count": math.sqrt(sum_se ** 2 + (self.max_value * count_se) ** 2)}
