@@ -34,8 +34,8 @@ the score by at most max(p, q - p), so the publish-or-refuse decision is gate_sh
     lines:   the reader's dead letters without a unit | CombineGlobally -> (records, unknown)
     codes:   every dead letter | CombineGlobally -> {code: [records, unknown, detail]}
              (operator-only: the refusal's exact reasons)
-    verdict: (votes, lines, codes) | Map(`Gate.verdict`) -> True, or GarbageInput
-    gated:   output | Map(passes once the verdict did)
+    verdict: (votes, lines, codes) | Map(`Gate.refusal`) -> None, or the refusal's text
+    gated:   output | Map(passes once the verdict did, else raises GarbageInput)
 
 A refused run writes no public file; it spent the gate's share only (its records' noise never
 left the workers).
@@ -180,23 +180,30 @@ class Gate:
         """True, or raises GarbageInput (see the module docstring). `votes`: the units' vote
         counts by category; `lines`: (records, unknown) of dead letters with no unit;
         `codes`: the exact tallies by code (operator-only; only named in a refusal)."""
+        refusal = self.refusal(votes, lines, codes, noise_source_of)
+        if refusal is not None:
+            raise GarbageInput(refusal)
+        return True
+
+    def refusal(self, votes, lines, codes, noise_source_of=None) -> Optional[str]:
+        """`verdict`'s refusal text, or None when the run passes."""
         records, unknown = lines
         if unknown and self.limit < 1.0:
-            raise GarbageInput(
+            return (
                 f"{UNREADABLE} (input.max_dead_letter_fraction 1 accepts them); got "
                 f"{unknown} file(s) that cannot be read. Nothing was published and nothing "
                 f"was spent.{_reasons(codes)}")
         if self.private is None:
-            return True
+            return None
         _, line_score, _ = self.scores()
         score = self.score(votes) + line_score * int(records)
         source = noise_source_of()
         noise = int(np.asarray(source.discrete_noise(self.sampler(), GATE_STREAM, 0, 0, 1))[0])
         tau = self.threshold()
         if score + noise <= tau:
-            return True
+            return None
         budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
-        raise GarbageInput(
+        return (
             f"{REFUSAL} (at most input.max_dead_letter_fraction = {self.limit:g} of its units "
             f"malformed or of keys not in public_keys, by the input gate's noisy "
             f"count); got a noisy excess {score + noise} over the threshold {tau}. Nothing was "
@@ -373,8 +380,8 @@ class CodesFn(beam.CombineFn):
 
 def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead: list,
            label: str = "Gate"):
-    """The run's verdict: a singleton True once the gate passed (else the job fails with
-    GarbageInput before any output waiting on it)."""
+    """The run's verdict: a singleton None when the gate passed, else its refusal (`gated`
+    fails the job with it before any output waiting on it)."""
     def one(pcolls, name):
         if not pcolls:
             return pipeline | f"{label}No{name}" >> beam.Create([])
@@ -395,8 +402,8 @@ def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead:
         votes = pipeline | f"{label}NoVotes" >> beam.Create([[0, 0, 0, 0]])
     source_of = gate_noise(transform) if gate.private is not None else None
 
-    def check(_, votes, lines, codes):
-        return gate.verdict(votes, lines, codes, source_of)
+    def check(_, votes, lines, codes):  # raised where the outputs wait for it (`gated`)
+        return gate.refusal(votes, lines, codes, source_of)
 
     return (pipeline | f"{label}Start" >> beam.Create([None])
             | f"{label}Verdict" >> beam.Map(check, beam.pvalue.AsSingleton(votes),
@@ -419,9 +426,14 @@ class gate_noise:
 
 
 def gated(pcoll, verdict, label: str):
-    """`pcoll`, each element passed only once the run's verdict passed."""
-    return pcoll | label >> beam.Map(lambda element, _: element,
-                                     beam.pvalue.AsSingleton(verdict))
+    """`pcoll`, each element passed only once the run's verdict passed (else the job fails
+    with GarbageInput before any element reaches a sink)."""
+    def check(element, refusal):
+        if refusal is not None:
+            raise GarbageInput(refusal)
+        return element
+
+    return pcoll | label >> beam.Map(check, beam.pvalue.AsSingleton(verdict))
 
 
 def one_line(error: Exception) -> str:
