@@ -19,6 +19,7 @@ from transforms.secret import SecretRef, check_gcp_secret
 from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
 from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY, MIN_STATE_BYTES_PER_KEY
+from transforms.mechanisms.privacy import check_small_delta
 from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
 from transforms.validation import fail
 
@@ -154,14 +155,19 @@ class PrivacySpec:
     noise: str = "discrete"
     selection_delta: Optional[float] = None  # no public keys: the delta selection spends
     gate_share: float = DEFAULT_GATE_SHARE  # the input gate's share (`pipelines.gate`)
+    allow_large_delta: bool = False  # delta or selection_delta above 1e-3 (MAX_DELTA) taken
 
     @property
-    def budget(self) -> Dict[str, float]:
-        """epsilon / rho / delta (/ selection_delta) as given (the transform resolves them to
-        a PrivacyBudget and, without public keys, the selection's delta)."""
-        return {k: v for k, v in (("epsilon", self.epsilon), ("rho", self.rho),
-                                  ("delta", self.delta),
-                                  ("selection_delta", self.selection_delta)) if v is not None}
+    def budget(self) -> Dict[str, Any]:
+        """epsilon / rho / delta (/ selection_delta) as given, as the transform's arguments
+        (the transform resolves them to a PrivacyBudget and, without public keys, the
+        selection's delta; allow_large_delta=True when the config opts in)."""
+        given = {k: v for k, v in (("epsilon", self.epsilon), ("rho", self.rho),
+                                   ("delta", self.delta),
+                                   ("selection_delta", self.selection_delta)) if v is not None}
+        if self.allow_large_delta:
+            given["allow_large_delta"] = True
+        return given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +199,7 @@ class SecretSpec:
     def ref(self) -> SecretRef:
         """The configured secret (env, path, gcp_secret or seed)."""
         return SecretRef(env=self.env, path=self.path, seed=self.seed,
-                         gcp_secret=self.gcp_secret)
+                         gcp_secret=self.gcp_secret, insecure=self.insecure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,8 +394,12 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     timing["allowed_lateness_seconds"] = float(lateness)
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise",
-                                                         "selection_delta", "gate_share")))
+                                                         "selection_delta", "gate_share",
+                                                         "allow_large_delta")))
     noise = privacy.pop("noise", "discrete")
+    allow_large_delta = privacy.pop("allow_large_delta", False)
+    if allow_large_delta not in (True, False):
+        fail("privacy.allow_large_delta", "true or false", allow_large_delta)
     gate_share = privacy.pop("gate_share", DEFAULT_GATE_SHARE)
     if isinstance(gate_share, bool) or not isinstance(gate_share, (int, float)) or not (
             0 < gate_share <= MAX_GATE_SHARE):
@@ -422,6 +432,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("privacy.selection_delta", "a number in (0, 1), given only when public_keys are "
                                         "not (the delta private key selection spends)",
              privacy["selection_delta"])
+    for name in ("delta", "selection_delta"):
+        check_small_delta(f"privacy.{name}", privacy.get(name), bool(allow_large_delta),
+                          "privacy.allow_large_delta is true")
 
     allowed_bounds = BOUNDS[transform]
     bounds_raw = _section(raw.get("bounds") or {}, "bounds", tuple(allowed_bounds),
@@ -536,7 +549,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      InputSpec(resolve_path(source["path"]) if source_kind == "files" else "",
                                fmt, dict(fields), timestamp_format, types, source_kind,
                                **stream),
-                     StepsSpec(origin, size, horizon, **timing), PrivacySpec(**privacy, noise=noise, gate_share=gate_share),
+                     StepsSpec(origin, size, horizon, **timing),
+                     PrivacySpec(**privacy, noise=noise, gate_share=gate_share,
+                                 allow_large_delta=bool(allow_large_delta)),
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),

@@ -744,3 +744,5 @@ def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None)
             job.secret.ref().fingerprint()
         except OSError as error:
             job_config.fail("secret.path", "a readable file", f"{job.secret.path} ({error})")
+    elif job.secret.configured:  # remote workers resolve it: a short one set here is refused
+        job.secret.ref().check_early()

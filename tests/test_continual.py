@@ -490,3 +490,21 @@ def test_postprocess_nonnegative_clamps_running_totals_and_intervals_only():
     with pytest.raises(ValueError, match="`postprocess` must be None for ContinualRelease"):
         ContinualRelease(steps=STEPS, public_keys=["eu"], epsilon=1.0,
                          postprocess="nonnegative", **ZERO)
+
+
+def test_a_delta_above_1e_3_needs_allow_large_delta():
+    common = dict(steps=STEPS, public_keys=["a"], **ZERO)
+    with pytest.raises(ValueError, match=r"^`delta` must be <= 0\.001 unless allow_large_delta="
+                                         r"True \(delta is the probability the guarantee fails "
+                                         r"outright\); got 0\.5\.$"):
+        ContinualCount(epsilon=1.0, delta=0.5, **common)
+    ContinualCount(epsilon=1.0, delta=0.5, allow_large_delta=True, **common)
+    ContinualCount(epsilon=1.0, delta=1e-3, **common)
+    with pytest.raises(ValueError, match=r"^`selection_delta` must be <= 0\.001 unless "):
+        ContinualCount(steps=STEPS, epsilon=1.0, selection_delta=0.01, **ZERO)
+    ContinualCount(steps=STEPS, epsilon=1.0, selection_delta=0.01, allow_large_delta=True,
+                   **ZERO)
+    from transforms.mean import ContinualMean
+    with pytest.raises(ValueError, match=r"^`delta` must be <= 0\.001 unless "):
+        ContinualMean(epsilon=1.0, delta=0.01, max_value=5.0, **common)
+    ContinualMean(epsilon=1.0, delta=0.01, max_value=5.0, allow_large_delta=True, **common)

@@ -172,3 +172,41 @@ def test_remote_run_accepts_a_gcp_secret_without_resolving_it(tmp_path):
     assert job.secret.configured
     transform = run.build_transform(job)
     assert transform.private
+
+
+# ----- short secrets: refused where resolved, and on the launcher, unless insecure -------------
+def test_a_secret_shorter_than_16_bytes_is_refused_without_printing_it(monkeypatch, tmp_path,
+                                                                        secret_manager):
+    monkeypatch.setenv("DP_SHORT_SECRET", "abc")
+    short = tmp_path / "short"
+    short.write_text("abcdefghijklmno\n")  # 15 bytes once stripped
+    secret_manager.payloads[NAME] = b"tiny"
+    for ref, length in ((SecretRef(env="DP_SHORT_SECRET"), 3), (SecretRef(path=str(short)), 15),
+                        (SecretRef(literal=b"abc"), 3), (SecretRef(gcp_secret=NAME), 4)):
+        with pytest.raises(ValidationError) as caught:
+            ref.secret_bytes()
+        message = str(caught.value)
+        assert message.startswith("`secret` must be at least 16 bytes (")
+        assert message.endswith(f"; got {length} bytes.") and len(message) < 200
+        assert "abc" not in message and "tiny" not in message  # never the secret
+        insecure = SecretRef(**{k: v for k, v in vars(ref).items() if k != "insecure"},
+                             insecure=True)
+        assert len(insecure.secret_bytes()) == length  # tests and demos may
+    monkeypatch.setenv("DP_SHORT_SECRET", "a" * 16)
+    assert SecretRef(env="DP_SHORT_SECRET").secret_bytes() == b"a" * 16
+
+
+def test_a_short_secret_is_refused_when_the_transform_is_built(monkeypatch):
+    from transforms import ContinualCount, TimeSteps
+    steps = TimeSteps(1_700_000_000.0, 60.0, 4)
+    monkeypatch.setenv("DP_SHORT_SECRET", "abc")
+    with pytest.raises(ValidationError, match=r"^`secret` must be at least 16 bytes \("
+                                              r"environment variable DP_SHORT_SECRET.*got 3 "
+                                              r"bytes\.$"):
+        ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
+                       secret=SecretRef(env="DP_SHORT_SECRET"))
+    ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
+                   secret=SecretRef(env="DP_SHORT_SECRET"), insecure=True)
+    monkeypatch.setenv("DP_SHORT_SECRET", "a-long-enough-secret")
+    ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
+                   secret=SecretRef(env="DP_SHORT_SECRET"))

@@ -36,8 +36,10 @@ from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES,
                                            STATE_BUDGET, check_state_budget,
                                            over_budget_condition)
-from transforms.mechanisms.privacy import PrivacyBudget
 from transforms.accountant import gate_budget
+from transforms.mechanisms.discrete import NoiseTooLarge
+from transforms.mechanisms.privacy import (LAPLACE, PrivacyBudget, check_small_delta,
+                                           epsilon_from_rho)
 from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
@@ -113,6 +115,33 @@ def _selection_budget(selects: bool, epsilon, rho, delta, selection_delta):
     return chosen, delta - chosen
 
 
+def _round_up(value: float, digits: int = 3) -> float:
+    """`value` rounded up to `digits` significant digits (a minimum stated in a message)."""
+    if not value > 0 or not math.isfinite(value):
+        return value
+    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return math.ceil(value / scale) * scale
+
+
+def refuse_noise(budget: PrivacyBudget, error: NoiseTooLarge, what: str = "",
+                 grid: bool = False):
+    """Restate a mechanism's `NoiseTooLarge` in the user's budget, in one line: the smallest
+    epsilon (or rho) whose discrete noise fits, from the parameter checked (proportional to
+    1 / epsilon or 1 / rho: the key budget is a fixed fraction of the total)."""
+    ratio = error.parameter / error.limit
+    if budget.noise == LAPLACE:
+        name, value, minimum = "epsilon", budget.epsilon, budget.epsilon * ratio
+    elif budget.delta is None:
+        name, value, minimum = "rho", budget.rho, budget.rho * ratio
+    else:  # (epsilon, delta): the epsilon whose rho is large enough
+        name, value = "epsilon", budget.epsilon
+        minimum = epsilon_from_rho(budget.rho * ratio, budget.delta)
+    check.fail(name, f">= {_round_up(minimum):.3g} with these bounds ({what}{error.kind} noise "
+                     f"parameter {error.parameter:.3g} > {error.limit:g}; or lower the bounds"
+                     f"{', a coarser value_resolution' if grid else ''}, or noise='float')",
+               value)
+
+
 class ContinualResult(NamedTuple):
     """A NamedTuple, so that Beam registers the PCollections as the transform's outputs."""
     records: Any
@@ -129,7 +158,7 @@ class ContinualBase(beam.PTransform):
 
     def __init__(self, *, steps: TimeSteps, public_keys: Optional[Sequence] = None,
                  epsilon=None, rho=None, delta=None, selection_delta=None,
-                 key_type: Optional[str] = None,
+                 allow_large_delta: bool = False, key_type: Optional[str] = None,
                  mechanism: str = "auto", mechanism_params: Optional[dict] = None,
                  confidence: float = 0.95, secret: Optional[SecretRef] = None,
                  seed: Optional[int] = None, insecure: bool = False, noise: str = "discrete",
@@ -174,6 +203,10 @@ class ContinualBase(beam.PTransform):
                        key_type)
         else:
             self.key_type = None
+        # delta above 1e-3 only on request: it is the probability the guarantee fails outright
+        self.allow_large_delta = check.boolean("allow_large_delta", allow_large_delta)
+        check_small_delta("delta", delta, self.allow_large_delta)
+        check_small_delta("selection_delta", selection_delta, self.allow_large_delta)
         self._given_delta = delta
         self.selection_delta, delta = _selection_budget(self.selects, epsilon, rho, delta,
                                                         selection_delta)
@@ -200,8 +233,10 @@ class ContinualBase(beam.PTransform):
             check.fail("secret", "a SecretRef (env, path, seed or literal)", secret)
         # the release's secret: a SecretRef, or an injected source (tests, the operator's exact
         # totals), resolved on workers; an injected source is never private
-        self.secret = secret or noise_source or SecretRef(seed=seed)
         self.insecure = check.boolean("insecure", insecure)
+        if self.insecure and isinstance(secret, SecretRef) and not secret.insecure:
+            secret = dataclasses.replace(secret, insecure=True)  # a short secret is taken
+        self.secret = secret or noise_source or SecretRef(seed=seed)
         public = noise_source is not None or self.secret.public
         if public and not self.insecure:
             given = "noise_source" if noise_source is not None else (
@@ -211,6 +246,8 @@ class ContinualBase(beam.PTransform):
                                  "`literal` bytes are pickled into the job graph; an injected "
                                  "`noise_source` is not private: pass insecure=True for demos "
                                  "and tests)", given)
+        if isinstance(self.secret, SecretRef):
+            self.secret.check_early()  # a short env / local file secret: refused now
         check.one_of("noise", noise, NOISE_KINDS)
         self.noise_kind = noise
         # how node noise is derived: new releases take the newest; a release continues with
@@ -309,9 +346,15 @@ class ContinualBase(beam.PTransform):
     def _release_config(self) -> ReleaseConfig:
         declaration = self.problem.declaration
         name, params = self.mechanism_name, dict(self.mechanism_params)
-        if name == "auto":
-            name, params = self._auto()
-        calibration, resolved = self._calibrated(name, params)
+        try:  # discrete noise too large to sample: refused now, in the user's budget
+            if name == "auto":
+                name, params = self._auto()
+            calibration, resolved = self._calibrated(name, params)
+            resolved.check_noise()
+        except NoiseTooLarge as error:
+            if self.part_of is not None:
+                raise  # the composed release restates it in its own budget
+            refuse_noise(self.budget, error, grid=getattr(self, "value_resolution", None) is not None)
         self._check_state_budget(name, resolved)
         key_privacy = calibration.key_privacy
         self.calibration = calibration

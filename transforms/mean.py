@@ -34,7 +34,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from transforms import validation as check
 from transforms.accountant import part_kwargs, share_budget
-from transforms.continual import ContinualBase
+from transforms.continual import ContinualBase, refuse_noise
+from transforms.mechanisms.discrete import NoiseTooLarge
 from transforms.mechanisms import NAMES, ConstantNoiseSource
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
                                            MIN_STATE_BYTES_PER_KEY, STATE_BUDGET,
@@ -140,12 +141,19 @@ class ContinualMean(ContinualBase):
         split = best_split(0.0, self.max_value, self.budget.noise)
         share = split.sum_share if self.sum_share is None else self.sum_share
         budgets = share_budget(self.budget, {SUM: share, COUNT: 1.0 - share})
-        self.parts = {part: _MeanPart(
-            part=part, mean=self, part_of=type(self).__name__, diagnostics=(
-                self.diagnostics and part == SUM),  # operator counts once, not twice
-            mechanism=self.part_mechanisms[part], mechanism_params=self.part_params[part],
-            release_id=self._given_release_id, **part_kwargs(budgets[part]),
-            **self._forwarded) for part in PARTS}
+        self.parts = {}
+        for part in PARTS:
+            try:
+                self.parts[part] = _MeanPart(
+                    part=part, mean=self, part_of=type(self).__name__, diagnostics=(
+                        self.diagnostics and part == SUM),  # operator counts once
+                    mechanism=self.part_mechanisms[part],
+                    mechanism_params=self.part_params[part],
+                    release_id=self._given_release_id, **part_kwargs(budgets[part]),
+                    **self._forwarded)
+            except NoiseTooLarge as error:  # in the mean's budget (a part's is a share)
+                refuse_noise(self.budget, error, f"the {part} part's ",
+                             grid=self.value_resolution is not None)
         sum_part = self.parts[SUM]
         self.descriptor = {
             "format": 2, "transform": type(self).__name__, "budget": self.budget_spent,

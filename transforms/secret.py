@@ -7,6 +7,11 @@ filesystem path, e.g. gs://...; the file holds the secret bytes), a Google Secre
 graph, so like a seed they are public: a transform takes them only with insecure=True and marks
 its records private: false). Only the reference travels in the pipeline: never the secret
 itself (except `literal`).
+
+A secret (env, path, gcp_secret, literal) must be at least MIN_SECRET_BYTES = 16 bytes (the
+keyed noise's 128-bit security: a short one can be guessed, and with it every node's noise);
+a shorter one is refused where it is resolved, unless `insecure` (tests and demos). The error
+gives its length, never the secret. A seed is public anyway and is not checked.
 """
 from __future__ import annotations
 
@@ -30,6 +35,19 @@ GCP_SECRET_SHAPE = ("a Secret Manager version name projects/<project>/secrets/<s
 GCP_EXTRA = "pip install 'dp-continual-release[gcp]'"
 
 
+MIN_SECRET_BYTES = 16
+
+
+def check_secret_length(data: bytes, source: str, insecure: bool = False) -> bytes:
+    """`data` when it is at least MIN_SECRET_BYTES long or `insecure`; else one error naming
+    the source and the length (never the secret)."""
+    if len(data) < MIN_SECRET_BYTES and not insecure:
+        raise check.ValidationError(
+            f"`secret` must be at least {MIN_SECRET_BYTES} bytes ({source}; a shorter one can "
+            f"be guessed: tests and demos only, with insecure=True); got {len(data)} bytes.")
+    return data
+
+
 def check_gcp_secret(name: str, resource) -> str:
     """A Secret Manager secret version's resource name, or one error naming `name`."""
     if not isinstance(resource, str) or not GCP_SECRET.fullmatch(resource):
@@ -44,12 +62,16 @@ class SecretRef:
     seed: Optional[int] = None
     literal: Optional[bytes] = dataclasses.field(default=None, repr=False)
     gcp_secret: Optional[str] = None  # projects/P/secrets/S/versions/V (resolved on the worker)
+    # tests and demos: a secret shorter than MIN_SECRET_BYTES is taken (a transform built with
+    # insecure=True sets it; a config's `secret.insecure: true`)
+    insecure: bool = False
 
     def __post_init__(self):
         given = [n for n in ("env", "path", "seed", "literal", "gcp_secret")
                  if getattr(self, n) is not None]
         if len(given) != 1:
             check.fail("secret", "exactly one of env, path, seed, literal or gcp_secret", given)
+        check.boolean("secret.insecure", self.insecure)
         if self.gcp_secret is not None:
             check_gcp_secret("secret.gcp_secret", self.gcp_secret)
 
@@ -74,20 +96,33 @@ class SecretRef:
         if self.seed is not None:
             return seed_secret(self.seed)
         if self.literal is not None:
-            return self.literal
+            return check_secret_length(self.literal, "literal", self.insecure)
         if self.env is not None:
             value = os.environ.get(self.env)
             if not value:
                 check.fail("secret", f"set in the environment variable {self.env}", "unset")
-            return value.encode("utf-8")
+            return check_secret_length(value.encode("utf-8"),
+                                       f"environment variable {self.env}", self.insecure)
         if self.gcp_secret is not None:
-            return self._gcp_secret_bytes()
+            return check_secret_length(self._gcp_secret_bytes(), "secret.gcp_secret",
+                                       self.insecure)
         from apache_beam.io.filesystems import FileSystems
         with FileSystems.open(self.path) as handle:
             data = handle.read().strip()
         if not data:
             check.fail("secret", f"non-empty in {self.path}", "empty file")
-        return data
+        return check_secret_length(data, f"file {self.path}", self.insecure)
+
+    def check_early(self) -> None:
+        """On the launcher: an env secret set here, or a local file, is resolved and checked
+        now (`check_secret_length`), so a short one is one line before the job starts. An
+        unset variable, a remote path or a Secret Manager version is left to the workers."""
+        if self.env is not None and os.environ.get(self.env):
+            self.secret_bytes()
+        elif self.path is not None and "://" not in self.path and os.path.isfile(self.path):
+            self.secret_bytes()
+        elif self.literal is not None:
+            self.secret_bytes()
 
     def _gcp_secret_bytes(self) -> bytes:
         """The payload of the Secret Manager version (the caller's credentials: on Dataflow the

@@ -179,7 +179,10 @@ def width_draws(mechanism, step, half, alpha):
 def check_configuration(name, params, noise, privacy, horizon, width_budget):
     mechanism = build(name, params, noise, privacy, horizon)
     steps = [1, 2, 10, horizon // 2, horizon]
-    halves = {level: mechanism.confidence_half_width(level) for level in LEVELS}
+    # the noise's quantile: the half-width less the release's rounding bound (the discrete
+    # square root's; 0 elsewhere), which covers what the draws of L z do not hold
+    halves = {level: mechanism.confidence_half_width(level) - mechanism.rounding_bound()
+              for level in LEVELS}
     continuous = not mechanism.discrete or smoothed(mechanism)
     # the draws the width checks need, where affordable
     nodes_per_draw = sum(len(signed_nodes(mechanism, t)[0]) + len(signed_nodes(mechanism,
@@ -304,7 +307,12 @@ def test_coverage_on_changing_data(name, params, noise, privacy):
         released = mechanism.for_stream(s).release(x)
         covered[s] = np.abs(released - np.cumsum(x)) <= half
     if mechanism.discrete:
-        ranges = np.array([tail_range(mechanism, t, half[t - 1])
+        # the release is off by its noise plus at most r (the rounding bound: 0 but for the
+        # discrete square root), so it misses half when the noise exceeds half + r, and only
+        # when it exceeds half - r
+        r = mechanism.rounding_bound()
+        ranges = np.array([(tail_range(mechanism, t, half[t - 1] + r[t - 1])[0],
+                            tail_range(mechanism, t, half[t - 1] - r[t - 1])[1])
                            for t in range(1, horizon + 1)])
         if not smoothed(mechanism):  # integer sums: each c_t is the smallest covering integer
             assert all(exact_tail(mechanism, t, half[t - 1] - 1) > 1 - level

@@ -75,6 +75,11 @@ CASES = [
     (("mechanism",), {"max_state_bytes_per_key": 10},
      r"^`mechanism.max_state_bytes_per_key` must be an integer >= 33 \(bytes of state per key"),
     (("confidence",), 1.5, r"^`confidence` must be a number in \(0, 1\); got 1\.5\.$"),
+    (("privacy",), {"epsilon": 1.0, "delta": 0.5},
+     r"^`privacy.delta` must be <= 0\.001 unless privacy.allow_large_delta is true \(delta is "
+     r"the probability the guarantee fails outright\); got 0\.5\.$"),
+    (("privacy",), {"epsilon": 1.0, "delta": 1e-6, "allow_large_delta": "yes"},
+     r"^`privacy.allow_large_delta` must be true or false; got 'yes'\.$"),
     (("secret",), {"seed": 1, "env": "X"},
      r"^`secret` must be at most one of env, path, seed or stored"),
     (("secret",), {"seed": 1}, r"^`secret` must be a secret from env, path or stored \(a fixed "
@@ -255,3 +260,19 @@ def test_configs_that_cannot_select_keys_are_refused(changes, message):
     config.update(changes)
     with pytest.raises(ConfigError, match=message):
         validate(config)
+
+
+def test_a_large_delta_needs_allow_large_delta():
+    """delta (and selection_delta) above 1e-3 only when the config says so; the transform
+    gets allow_large_delta=True then (it refuses it too otherwise)."""
+    job = validate(edited(("privacy",), {"epsilon": 1.0, "delta": 0.01,
+                                         "allow_large_delta": True}))
+    assert job.privacy.budget == {"epsilon": 1.0, "delta": 0.01, "allow_large_delta": True}
+    assert validate(edited(("privacy",), {"epsilon": 1.0, "delta": 1e-3})).privacy.budget == {
+        "epsilon": 1.0, "delta": 1e-3}
+    raw = selecting(epsilon=1.0, selection_delta=0.01)
+    with pytest.raises(ConfigError, match=r"^`privacy.selection_delta` must be <= 0\.001 unless "
+                                          r"privacy.allow_large_delta is true"):
+        validate(raw)
+    raw["privacy"]["allow_large_delta"] = True
+    assert validate(raw).privacy.selection_delta == 0.01

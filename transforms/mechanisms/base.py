@@ -150,13 +150,28 @@ class ContinualMechanism(abc.ABC):
         Laplace) or sigma^2 >= Delta_2^2 / (2 rho) (discrete Gaussian), rounded up."""
         if "sampler" not in self._cache:
             if self.distribution == GAUSSIAN:
+                kind, budget = discrete.DISCRETE_GAUSSIAN, ("rho", self.budget.rho)
                 parameter = self.sensitivity ** 2 / (2.0 * self.budget.rho)
             else:
+                kind, budget = discrete.DISCRETE_LAPLACE, ("epsilon", self.budget.epsilon)
                 parameter = self.sensitivity / self.budget.epsilon
-            self._cache["sampler"] = discrete.sampler(
-                discrete.DISCRETE_GAUSSIAN if self.distribution == GAUSSIAN
-                else discrete.DISCRETE_LAPLACE, parameter * (1.0 + _PARAMETER_MARGIN))
+            parameter = parameter * (1.0 + _PARAMETER_MARGIN)
+            limit = discrete.MAX_PARAMETER[kind]
+            if not parameter <= limit:  # refused here, with what makes it large
+                raise discrete.NoiseTooLarge(check.message(
+                    "noise parameter", f"<= {limit:g} for {kind} noise (sensitivity "
+                    f"{self.sensitivity:.4g}, {budget[0]} {budget[1]:.4g}: raise {budget[0]}, "
+                    f"lower the bounds or use noise='float')", parameter),
+                    kind, parameter, limit)
+            self._cache["sampler"] = discrete.sampler(kind, parameter)
         return self._cache["sampler"]
+
+    def check_noise(self) -> None:
+        """Refuse (`discrete.NoiseTooLarge`) discrete noise whose sampler cannot be built (its
+        parameter over `discrete.MAX_PARAMETER`): at construction, not at a worker's first
+        draw. Float noise has no such limit."""
+        if self.discrete:
+            self.sampler  # noqa: B018 (builds the law, not its table)
 
     def _draw(self, level: int, start: int, count: int) -> np.ndarray:
         """Node noise z of nodes start .. start+count-1 on `level`: integers (discrete) or unit
@@ -500,7 +515,8 @@ class ContinualMechanism(abc.ABC):
         quantile of the step's noise law (`tails.step_quantiles`: Gil-Pelaez inversion, its
         numerical error bounds added to the tail, so coverage is in [level, level + 2e-10];
         integer sums: the smallest integer that covers; the discrete square root: at most two
-        grid units wider). Cached per (level, simultaneous); returns a copy.
+        grid units wider, plus its rounding's bound, `rounding_bound`). Cached per (level,
+        simultaneous); returns a copy.
 
         With `simultaneous`, all T steps are covered at once with probability >= level
         (Bonferroni over the T steps).
@@ -513,8 +529,15 @@ class ContinualMechanism(abc.ABC):
             node, factor = self._noise_node()
             half = factor * tails.step_quantiles(node, alpha, **self._noise_rows())
             half[self.noise_variance() == 0] = 0.0
-            self._cache[key] = half
+            self._cache[key] = half + self.rounding_bound()
         return self._cache[key].copy()
+
+    def rounding_bound(self, increments: bool = False) -> np.ndarray:
+        """Per step, a bound on |release - (A x + L z)| that is not noise: 0 for every
+        mechanism whose release is exactly the total plus L z (the discrete square root
+        rounds R~ x / g: it overrides this). The intervals add it to the noise's quantile;
+        `increments`: the bound for the step's own value."""
+        return np.zeros(self.horizon)
 
     def _noise_node(self) -> Tuple["tails.NodeLaw", float]:
         """The law of one node's noise z and the factor the release applies to L z: the

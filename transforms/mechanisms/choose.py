@@ -8,6 +8,7 @@ from typing import List, Optional, Tuple
 
 from transforms import validation as check
 from .base import ContinualMechanism
+from .discrete import NoiseTooLarge
 from .noise import ConstantNoiseSource
 
 METRICS = ("max", "mean")
@@ -116,13 +117,18 @@ def evaluate(horizon: int, privacy: dict, max_contributions: int = 1, interval_b
              specs: Optional[List[Tuple[str, dict]]] = None, noise: str = "discrete"
              ) -> List[Candidate]:
     from . import make  # late: the factory imports this module's package
-    rows = []
+    rows, too_large = [], None
     pure_dp = "rho" not in privacy and "delta" not in privacy
     for name, params in specs or candidate_specs(horizon, noise, pure_dp):
         try:
             mechanism = make(name, horizon, **privacy, max_contributions=max_contributions,
                              interval_bound=interval_bound,
                              noise_source=ConstantNoiseSource(0.0), noise=noise, **params)
+            mechanism.check_noise()
+        except NoiseTooLarge as error:  # its discrete noise could not be sampled
+            if too_large is None or error.parameter < too_large.parameter:
+                too_large = error
+            continue
         except ValueError:
             if name == "sqrt_toeplitz" and noise == "discrete":
                 continue  # its noise would not fit its sampling table: not a candidate
@@ -130,6 +136,8 @@ def evaluate(horizon: int, privacy: dict, max_contributions: int = 1, interval_b
         rows.append(Candidate(name, mechanism.params(), mechanism.max_se(), mechanism.mean_se(),
                               mechanism.sensitivity, _state_description(name, noise),
                               state_bytes=RELEASE_TAG_BYTES + mechanism.state_bytes()))
+    if not rows and too_large is not None:
+        raise too_large  # every candidate's noise is too large: the smallest one's refusal
     return rows
 
 

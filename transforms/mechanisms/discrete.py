@@ -49,6 +49,23 @@ TABLE_TAIL_BITS = 40        # the table covers all but <= 2^-40 of the mass
 MAX_TABLE = 1 << 20         # entries (16 bytes each: 16 MiB at most); beyond it the tail is
                             # sampled exactly (a Gaussian leaving > 1e-6 there is refused)
 _LOW_MASK = (1 << 63) - 1
+# The largest parameter a sampler is built for, per kind: a discrete Laplace scale t beyond
+# 1e12 is useless noise (its table is capped, the tail sampled exactly); a discrete Gaussian
+# sigma^2 beyond 4e10 (sigma 2e5) would leave more than 1e-6 of its mass beyond the capped
+# table of MAX_TABLE entries (4e10 leaves 1.6e-7; 4.6e10 is refused by the table itself).
+# Mechanisms check this when they are built (`ContinualMechanism.check_noise`), not at the
+# first draw on a worker.
+MAX_PARAMETER = {DISCRETE_LAPLACE: 1e12, DISCRETE_GAUSSIAN: 4e10}
+
+
+class NoiseTooLarge(check.ValidationError):
+    """A discrete node noise whose parameter exceeds MAX_PARAMETER[kind]: the sampler cannot be
+    built. Carries the kind, the parameter checked and the limit, so that a transform can
+    restate the refusal in terms of the budget its user gave."""
+
+    def __init__(self, message: str, kind: str, parameter: float, limit: float):
+        super().__init__(message)
+        self.kind, self.parameter, self.limit = kind, parameter, limit
 
 
 def _fixed_exp_neg(value: Fraction) -> int:
@@ -131,9 +148,12 @@ class DiscreteSampler:
     def __init__(self, kind: str, parameter: float):
         check.one_of("noise kind", kind, KINDS)
         parameter = check.positive_finite("noise parameter", parameter)
-        if parameter > 1e12:
-            check.fail("noise parameter", "<= 1e12 (larger noise is useless and its tables "
-                                          "would not fit in memory)", parameter)
+        limit = MAX_PARAMETER[kind]
+        if parameter > limit:
+            raise NoiseTooLarge(check.message(
+                "noise parameter", f"<= {limit:g} for {kind} noise (larger noise is useless "
+                                   f"and its sampling table would not fit)", parameter),
+                kind, parameter, limit)
         self.kind = kind
         self.parameter = parameter
         self.exact = Fraction(parameter)
@@ -253,7 +273,12 @@ class DiscreteSampler:
             cumulative = 0
             for mass in magnitudes:
                 cumulative += mass
-                thresholds.append((cumulative << _UNIFORM_BITS) // total)
+                # below 2^127 (u's range): a table holding all the fixed-point mass (a tiny
+                # sigma, whose w(1) rounds to 0) would end at 2^127 exactly; its last
+                # threshold is 2^127 - 1 (the exact tail sampler then takes u = 2^127 - 1,
+                # probability 2^-127, within the rounding stated above)
+                thresholds.append(min((cumulative << _UNIFORM_BITS) // total,
+                                      (1 << _UNIFORM_BITS) - 1))
                 if total - cumulative <= cutoff:
                     break
                 if len(thresholds) >= MAX_TABLE:

@@ -89,5 +89,5 @@ def increment_half_width(mechanism, level: float) -> np.ndarray:
             counts = np.array([w.shape[0] for w in rows], dtype=np.int64)
             half = factor * tails.step_quantiles(node, 1.0 - level, counts=counts)
         half[increment_variance(mechanism) == 0] = 0.0
-        cache[level] = half
+        cache[level] = half + mechanism.rounding_bound(increments=True)
     return cache[level].copy()

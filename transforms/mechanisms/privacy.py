@@ -34,6 +34,21 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
+# The largest delta a release takes unless its caller opts in (`allow_large_delta`): delta is
+# the probability that the guarantee fails outright (e.g. a record published in the clear).
+MAX_DELTA = 1e-3
+
+
+def check_small_delta(name: str, value, allowed: bool,
+                      flag: str = "allow_large_delta=True") -> None:
+    """Refuse a `delta` (or `selection_delta`) above MAX_DELTA unless `allowed` (other
+    checks of the value are the caller's: only a number above MAX_DELTA is refused here)."""
+    if (value is not None and not isinstance(value, bool) and isinstance(value, (int, float))
+            and value > MAX_DELTA and not allowed):
+        check.fail(name, f"<= {MAX_DELTA:g} unless {flag} (delta is the probability the "
+                         f"guarantee fails outright)", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyBudget:
     """What one release of a mechanism spends, and which noise serves it.

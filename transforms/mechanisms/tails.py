@@ -129,6 +129,11 @@ class NodeLaw:
         """(c, v_max) when log psi(v) = -c v^2 to double precision for |v| <= v_max."""
         return None
 
+    def nonzero_probability(self) -> float:
+        """P(X != 0): 1 for continuous laws; integer laws with a tiny scale (a huge budget)
+        are a point mass at 0 up to this (`_quantiles` uses it: P(S != 0) <= n P(X != 0))."""
+        return 1.0
+
     def __repr__(self):
         return f"{type(self).__name__}({self.parameter!r})"
 
@@ -182,7 +187,11 @@ class Gaussian(NodeLaw):
 
 
 class DiscreteLaplace(NodeLaw):
-    """Discrete Laplace of scale t on the integers, P(x) ~ q^|x|, q = exp(-1/t)."""
+    """Discrete Laplace of scale t on the integers, P(x) ~ q^|x|, q = exp(-1/t).
+
+    Everything is computed from log q = -1/t (exact): q itself underflows to 0 for t below
+    about 1/745 (an epsilon of 1e4 on sensitivity 1), where the law is a point mass at 0 to
+    double precision."""
 
     kind = "discrete_laplace"
     lattice = True
@@ -193,9 +202,17 @@ class DiscreteLaplace(NodeLaw):
         return math.exp(-1.0 / self.parameter)
 
     @property
+    def log_q(self) -> float:
+        return -1.0 / self.parameter
+
+    @property
     def scale_hint(self):
         q = self.q
         return math.sqrt(2.0 * q) / (1.0 - q)
+
+    def nonzero_probability(self) -> float:
+        q = self.q
+        return 2.0 * q / (1.0 + q)
 
     def log_cf(self, v):
         q = self.q
@@ -203,10 +220,12 @@ class DiscreteLaplace(NodeLaw):
         return 2.0 * math.log1p(-q) - np.log((1.0 - q) ** 2 + 4.0 * q * half * half)
 
     def log_mgf(self, lam):
-        """log E[exp(lam X)] for |lam| < 1/t (exact)."""
-        q = self.q
+        """log E[exp(lam X)] for |lam| < 1/t (exact; q e^lam as exp(lam + log q), which
+        neither overflows nor underflows to a wrong 0 near lam = 1/t)."""
+        q, log_q = self.q, self.log_q
         lam = np.asarray(lam, dtype=np.float64)
-        return 2.0 * math.log1p(-q) - np.log1p(-q * np.exp(lam)) - np.log1p(-q * np.exp(-lam))
+        return (2.0 * math.log1p(-q) - np.log1p(-np.exp(lam + log_q))
+                - np.log1p(-np.exp(-lam + log_q)))
 
     def tail_bound(self, squares, largest, counts, eps):
         if counts is not None:  # exact MGF: Q = min_l [ln(2/eps) + n log M(l)] / l, l < 1/t
@@ -220,12 +239,18 @@ class DiscreteLaplace(NodeLaw):
         return Laplace(self.parameter).tail_bound(squares, largest, None, eps)
 
     def single_quantile(self, alpha: float) -> float:
-        """Smallest integer c >= 0 with P(|X| > c) = 2 q^(c+1) / (1 + q) <= alpha."""
-        q = self.q
-        c = max(0, math.ceil(math.log(alpha * (1.0 + q) / 2.0) / math.log(q) - 1.0))
-        while c > 0 and 2.0 * q ** c / (1.0 + q) <= alpha:
+        """Smallest integer c >= 0 with P(|X| > c) = 2 q^(c+1) / (1 + q) <= alpha (in log
+        space: q^c = exp(c log q))."""
+        q, log_q = self.q, self.log_q
+        log_target = math.log(alpha * (1.0 + q) / 2.0)
+
+        def tail(c):
+            return 2.0 * math.exp((c + 1) * log_q) / (1.0 + q)
+
+        c = max(0, math.ceil(log_target / log_q - 1.0))
+        while c > 0 and tail(c - 1) <= alpha:
             c -= 1
-        while 2.0 * q ** (c + 1) / (1.0 + q) > alpha:
+        while tail(c) > alpha:
             c += 1
         return float(c)
 
@@ -264,6 +289,15 @@ class DiscreteGaussian(NodeLaw):
             return self.sigma * math.sqrt(2.0 * math.pi) * math.fsum(
                 np.exp(-2.0 * math.pi ** 2 * self.parameter * m * m))
         return math.fsum(np.exp(-m * m / (2.0 * self.parameter)))
+
+    def nonzero_probability(self) -> float:
+        """P(X != 0) = sum_{k != 0} exp(-k^2 / (2 sigma^2)) / normaliser, summed term by term
+        for sigma < 1/2 (no cancellation against the normaliser; 1 - 1/normaliser beyond)."""
+        if self._poisson():
+            return 1.0 - 1.0 / self.normaliser
+        m = self._terms()
+        weights = np.exp(-m * m / (2.0 * self.parameter))
+        return math.fsum(weights[m != 0]) / math.fsum(weights)
 
     def pmf_gap(self) -> float:
         """p(0) - p(1) = (1 - exp(-1 / (2 sigma^2))) / normaliser."""
@@ -655,8 +689,14 @@ def _quantiles(node: NodeLaw, alpha: float, counts=None, coefficients=None
     rows = _Rows(counts, coefficients)
     size = rows.nonzero.shape[0]
     out, how = np.zeros(size), np.full(size, ZERO)
-    many = np.nonzero(rows.nonzero >= 2)[0]
-    single = np.nonzero(rows.nonzero == 1)[0]
+    if node.lattice:
+        # a point mass at 0 up to alpha: P(S_t != 0) <= n_t P(X != 0) <= alpha, so c_t = 0 is
+        # the smallest half-width that covers (a huge budget: q = exp(-1/t) underflows there)
+        point = rows.nonzero * node.nonzero_probability() * (1.0 + 1e-9) <= alpha
+    else:
+        point = np.zeros(size, dtype=bool)
+    many = np.nonzero((rows.nonzero >= 2) & ~point)[0]
+    single = np.nonzero((rows.nonzero == 1) & ~point)[0]
     if isinstance(node, Gaussian):
         live = np.nonzero(rows.nonzero > 0)[0]
         out[live] = gaussian_quantile(alpha) * node.parameter * np.sqrt(rows.squares[live])
