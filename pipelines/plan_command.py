@@ -44,7 +44,10 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
                    if bounds["max_keys_per_unit"] > 1 else [])
                 + (["--value-resolution", _number(grid)] if grid != default_grid else [])
                 + (["--sum-share", _number(descriptor["sum_share"])]
-                   if descriptor.get("split") == "configured" else []) + noise + state)
+                   if descriptor.get("split") == "configured" else []) + noise + state
+                # a mean's budget is its whole one: the input gate's share comes off it
+                + (["--gate-share", _number(descriptor["gate"]["share"])]
+                   if descriptor.get("gate") else []))
     declaration = descriptor["declaration"]
     keys = declaration["keys_per_unit"]
     scale = descriptor.get("value_scale", 1.0)

@@ -300,6 +300,7 @@ def test_the_newcomers_count_plan_is_the_jobs_maxse(capsys):
     job = job_config.load(os.path.join(ROOT, "configs", "active_users.yaml"))
     job = job.replace(steps=dataclasses.replace(job.steps, horizon=14),
                       privacy=job_config.PrivacySpec(epsilon=1.0),
+                      input=dataclasses.replace(job.input, max_dead_letter_fraction=1.0),
                       bounds=dict(job.bounds, max_contributions=10,
                                   max_contributions_per_step=None))
     transform = seeded_transform(job)

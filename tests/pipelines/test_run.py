@@ -262,7 +262,7 @@ def test_a_mean_run_says_its_parts_errors_and_the_means_error_per_count(tmp_path
     assert job_run.main(["--config", str(path), "--json"]) == 0
     public = json.loads(capsys.readouterr().out)["public"]
     assert plan.main(["--horizon", "6", "--epsilon", "2", "--max-contributions", "10",
-                      "--mean-max-value", "300", "--json"]) == 0
+                      "--mean-max-value", "300", "--gate-share", "0.02", "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert public["se_times_count"] == pytest.approx(planned["mean_se_times_count"], rel=1e-12)
     assert public["part_max_se"]["count"] == pytest.approx(
@@ -394,11 +394,16 @@ def test_a_means_warning_says_how_caps_reads_its_config():
 
 def test_a_run_whose_keys_are_mostly_not_public_warns(tmp_path, capsys):
     """Public keys spelled otherwise than the data's (here: case) leave the release mostly
-    noise on keys without data: the operator is told (adversary's W4)."""
+    noise on keys without data: the gate refuses it; with the gate off (fraction 1) it is
+    published and the operator is told (adversary's W4)."""
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"] = {"path": str(tmp_path), "formats": ["jsonl"]}
     config["public_keys"] = ["EU-WEST", "eu-north"]
     path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 2
+    assert "noisy excess" in capsys.readouterr().err
+    config["input"]["max_dead_letter_fraction"] = 1.0
     path.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(path)]) == 0
     out = capsys.readouterr().out

@@ -103,8 +103,9 @@ def check_against_batch(tmp_path, origin, sent):
     assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {"late": 1}
     data = tmp_path / "events.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
+        "max_dead_letter_fraction": 1.0})
     assert job_run.main(["--config", batch_config]) == 0
     batch = [json.loads(line) for path in glob.glob(
         str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
@@ -236,8 +237,9 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
             for line in open(steps / f"step-{s:08d}.jsonl")]
     data = tmp_path / "events.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
+        "max_dead_letter_fraction": 1.0})
     raw = yaml.safe_load(open(batch_config))
     raw["steps"]["horizon"] = horizon
     open(batch_config, "w").write(yaml.safe_dump(raw))
