@@ -307,6 +307,12 @@ def vote(counts) -> int:
     return max(range(4), key=lambda c: (counts[c], -c))
 
 
+def _counted_vote(unit_counts) -> int:
+    """A unit's vote, counted for the operator (`gate_units`: exact, NOT private)."""
+    beam.metrics.Metrics.counter("continual_release", "gate_units").inc()
+    return vote(unit_counts[1])
+
+
 class VotesFn(beam.CombineFn):
     """Vote counts by category."""
 
@@ -379,9 +385,12 @@ class CodesFn(beam.CombineFn):
 
 
 def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead: list,
-           label: str = "Gate"):
+           label: str = "Gate", after=None):
     """The run's verdict: a singleton None when the gate passed, else its refusal (`gated`
-    fails the job with it before any output waiting on it)."""
+    fails the job with it before any output waiting on it). With `after` (the job's claim
+    guard), the noisy decision is made only once the execution won its claim: a second
+    execution of the same job graph (same release, same gate noise) on changed data never
+    decides."""
     def one(pcolls, name):
         if not pcolls:
             return pipeline | f"{label}No{name}" >> beam.Create([])
@@ -396,7 +405,7 @@ def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead:
         votes = ((elements, read) | f"{label}Records" >> beam.Flatten()
                  | f"{label}UnitCounts" >> beam.ParDo(UnitVotesFn(gate))
                  | f"{label}PerUnit" >> beam.CombinePerKey(_add_counts)
-                 | f"{label}Vote" >> beam.Map(lambda kv: vote(kv[1]))
+                 | f"{label}Vote" >> beam.Map(_counted_vote)
                  | f"{label}Votes" >> beam.CombineGlobally(VotesFn()))
     else:
         votes = pipeline | f"{label}NoVotes" >> beam.Create([[0, 0, 0, 0]])
@@ -405,7 +414,11 @@ def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead:
     def check(_, votes, lines, codes):  # raised where the outputs wait for it (`gated`)
         return gate.refusal(votes, lines, codes, source_of)
 
-    return (pipeline | f"{label}Start" >> beam.Create([None])
+    start = pipeline | f"{label}Start" >> beam.Create([None])
+    if after is not None:
+        start = start | f"{label}AfterClaim" >> beam.Map(lambda element, _: element,
+                                                        beam.pvalue.AsSingleton(after))
+    return (start
             | f"{label}Verdict" >> beam.Map(check, beam.pvalue.AsSingleton(votes),
                                             beam.pvalue.AsSingleton(lines),
                                             beam.pvalue.AsSingleton(codes)))

@@ -23,6 +23,7 @@ import os
 import secrets
 import sys
 import tempfile
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -117,7 +118,7 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
     result = elements | job.transform >> transform
     # records (one per public key and step) + dead letters
     verdict = gate.decide(pipeline, gate.Gate.of(job, transform), transform, elements, dead,
-                          dead + [result.dead_letters])
+                          dead + [result.dead_letters], after=passed)
     records = gate.gated(result.records, verdict, "InputGate")
     # the same records, once the input's dead letters passed the gate (else the job fails)
     writes = io.write_records(records, job,
@@ -483,7 +484,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
         lines += [f"operator-only (not private): "
                   f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
                   f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
-    for warning in ("truncation_warning", "keys_warning"):
+    for warning in ("truncation_warning", "keys_warning", "delta_note"):
         if operator is not None and operator.get(warning):
             lines.append(operator[warning])
     if scheduled and public["released_after"] >= job.steps.horizon:
@@ -514,10 +515,25 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
                    "keys_selected": counters.get("selection_keys_published", 0)}
                   if "selection_keys_with_data" in counters else {}),
                **commit.dead_letters_by_code(operator_folder)}
+    if "gate_units" in counters:  # units the input gate counted (one vote each)
+        summary["units"] = counters["gate_units"]
     if job is not None:
         summary["truncation_warning"] = truncation_warning(summary, job, config_path)
         summary["keys_warning"] = keys_warning(summary)
+        summary["delta_note"] = delta_note(summary, job)
     return summary
+
+
+def delta_note(summary: dict, job) -> Optional[str]:
+    """delta beside 1 / units (operator-only: the number of units is the data's): a delta near
+    1 / n lets the guarantee fail for about one of n people outright."""
+    delta = job.privacy.delta if job.privacy.delta is not None else job.privacy.selection_delta
+    units = summary.get("units")
+    if delta is None or not units:
+        return None
+    return (f"operator-only (NOT private): delta {delta:g} beside 1 / units = 1 / {units} = "
+            f"{1.0 / units:.2g}" + (" (WARNING: delta should be far below 1 / units)"
+                                     if delta * units > 0.1 else ""))
 
 
 def keys_warning(summary: dict):

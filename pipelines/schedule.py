@@ -114,7 +114,8 @@ def build(pipeline, job, transform, released, complete, previous, folder, listed
     # the private gate runs once, in the run that starts the release (a unit's votes in every
     # run would spend its share again each run); later runs check the structure only
     rule = gate.Gate.of(job, transform, private=released == 0)
-    verdict = gate.decide(pipeline, rule, transform, elements, dead, dead + [result.dead_letters])
+    verdict = gate.decide(pipeline, rule, transform, elements, dead,
+                          dead + [result.dead_letters], after=passed)
     records, unit_states, key_states = (
         gate.gated(pcoll, verdict, f"InputGate{name}") for name, pcoll in (
             ("Records", result.records), ("UnitStates", result.unit_states),
@@ -467,6 +468,25 @@ def publish_manifest(job, release_id, ledger: dict) -> Optional[str]:
     return path
 
 
+REFUSALS = "gate-refusals"  # the state directory's record of runs the input gate refused
+
+
+def note_refusal(state_dir: str, line: str) -> None:
+    """Records a run the input gate refused (what it spent, from its refusal) in the state
+    directory, one create-only file per refusal: the release it would have started is gone,
+    the gate's share of the budget was spent on the data all the same."""
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        path = join(state_dir, REFUSALS, f"{datetime.datetime.now(datetime.timezone.utc):"
+                                         f"%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.json")
+        FileSystems.mkdirs(join(state_dir, REFUSALS)) if not FileSystems.exists(
+            join(state_dir, REFUSALS)) else None
+        with FileSystems.create(path) as handle:
+            handle.write(json.dumps({"refusal": line}, sort_keys=True).encode("utf-8"))
+    except Exception:  # noqa: BLE001 (the refusal itself is what the operator must see)
+        pass
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.schedule", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -487,6 +507,8 @@ def main(argv=None) -> int:
         now = job_config.parse_time("now", args.now) if args.now else time.time()
         summary = run_once(args.config, args.state_dir, now, beam_args)
     except ValueError as error:
+        if gate.refused(error):
+            note_refusal(args.state_dir, gate.one_line(error))
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
     except ConcurrentRun as error:
@@ -495,6 +517,8 @@ def main(argv=None) -> int:
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
         line = gate.one_line(error) if gate.refused(error) else \
             storage.storage_error(error, _written_folders(args.config, args.state_dir))
+        if gate.refused(error):
+            note_refusal(args.state_dir, line)
         if line is None:
             try:
                 line = io.read_failure(error, job_config.load(args.config))

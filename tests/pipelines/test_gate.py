@@ -279,6 +279,8 @@ def test_a_refused_scheduled_run_leaves_no_release_so_the_fixed_config_starts_it
     err = capsys.readouterr().err
     assert "missing_field" in err and err.count("\n") == 1, err
     assert not os.path.exists(os.path.join(state, "ledger.json"))
+    refusals = glob.glob(os.path.join(state, "gate-refusals", "*.json"))  # what it spent
+    assert len(refusals) == 1 and "the gate spent epsilon 0.02" in open(refusals[0]).read()
     assert not glob.glob(os.path.join(state, "commits", "*"))
     assert _public_files(tmp_path) == []
     fixed = _job(tmp_path, "fixed.yaml")  # another field map: refused if the release had begun
@@ -344,3 +346,14 @@ def test_a_second_review_of_hidden_records(tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert _public_files(tmp_path) == []
+
+
+def test_the_figures_docs_privacy_states_are_the_gates():
+    """docs/privacy.md's noise figures at the default share are what the rule computes."""
+    text = " ".join(open(os.path.join(ROOT, "docs", "privacy.md")).read().split())
+    for budget, words in (({"epsilon": 0.02}, "{sd:.1f} units for epsilon 1 (tau {tau})"),
+                          ({"rho": 0.01}, "{sd:.1f} for rho 0.5 (tau {tau})")):
+        rule = _rule(budget=budget)
+        phrase = words.format(sd=math.sqrt(rule.sampler().variance), tau=rule.threshold())
+        assert phrase in text, phrase
+    assert gate.BETA == 1e-3 and "P(X > tau) <= 1e-3" in text
