@@ -477,8 +477,8 @@ def note_refusal(state_dir: str, line: str) -> None:
     the gate's share of the budget was spent on the data all the same."""
     from apache_beam.io.filesystems import FileSystems
     try:
-        path = join(state_dir, REFUSALS, f"{datetime.datetime.now(datetime.timezone.utc):"
-                                         f"%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.json")
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        path = join(state_dir, REFUSALS, f"{stamp}-{uuid.uuid4().hex[:8]}.json")
         FileSystems.mkdirs(join(state_dir, REFUSALS)) if not FileSystems.exists(
             join(state_dir, REFUSALS)) else None
         with FileSystems.create(path) as handle:

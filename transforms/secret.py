@@ -43,9 +43,14 @@ def check_secret_length(data: bytes, source: str, insecure: bool = False) -> byt
     the source and the length (never the secret)."""
     if len(data) < MIN_SECRET_BYTES and not insecure:
         raise check.ValidationError(
-            f"`secret` must be at least {MIN_SECRET_BYTES} bytes ({source}; a shorter one can "
-            f"be guessed: tests and demos only, with insecure=True); got {len(data)} bytes.")
+            f"`secret` must be at least {MIN_SECRET_BYTES} bytes ({_short(source)}; shorter "
+            f"ones can be guessed: insecure=True for tests); got {len(data)} bytes.")
     return data
+
+
+def _short(source: str, limit: int = 60) -> str:
+    """A secret's source as an error shows it: a long path keeps its end."""
+    return source if len(source) <= limit else "..." + source[-(limit - 3):]
 
 
 def check_gcp_secret(name: str, resource) -> str:
