@@ -75,6 +75,13 @@ class GarbageInput(ValidationError):
     """A run refused by the input gate (before anything was written)."""
 
 
+def rule_of(job) -> dict:
+    """The gate's public parameters a release is bound to (its descriptor's `gate`, beside the
+    share and budget): the fraction, the false-refusal bound and how outside votes count."""
+    return {"max_dead_letter_fraction": job.input.max_dead_letter_fraction, "beta": BETA,
+            "outside_horizon": "neutral"}
+
+
 def gated_transforms() -> tuple:
     """The transforms whose records name their unit: the ones with a private gate."""
     return tuple(UNIT_ROLES)
@@ -99,6 +106,24 @@ def _element_values(shape, element) -> dict:
         else:
             values[part] = value
     return values
+
+
+def _well_formed(transform: str, values: dict) -> bool:
+    """Whether the transform takes the element (its own rule, `streams.records`: ops, ids,
+    edges, values); an element it dead-letters votes malformed."""
+    from transforms.streams.records import validate_event, validate_update
+    if transform in ("count", "sum", "mean"):
+        with_value = transform != "count"
+        record = (0, values.get("unit"), values.get("key")) + (
+            (values.get("value"),) if with_value else ())
+        return validate_event(record, 1, with_value=with_value)[1] is None
+    if transform == "count_distinct":
+        record = (0, values.get("op"), values.get("item"), values.get("key"))
+        return validate_update(record, 1, edge=False)[1] is None
+    if transform in ("degree_count", "triangle_count"):
+        record = (0, values.get("op"), (values.get("a"), values.get("b")))
+        return validate_update(record, 1, edge=True)[1] is None
+    return True
 
 
 def _key_used(transform: str, values: dict, keys) -> bool:
@@ -126,13 +151,19 @@ class Gate:
     @classmethod
     def of(cls, job, transform, outside_unusable: bool = False,
            private: bool = True) -> "Gate":
+        """The gate of a run of `job`'s release `transform`; `private` False (or a release with
+        no noise: the report's exact truth, operator-only) checks the structure only."""
         from transforms.registry import SPECS
+        from transforms.release import NoNoise
+        private = private and not isinstance(getattr(transform, "secret", None), NoNoise)
         steps = job.steps.time_steps()
         # None: every well-formed record is of a released key (selected, or the one key)
         keys = None if SPECS[job.transform].single_key is not None else \
             getattr(transform, "public_keys", None)
         entry = getattr(transform, "gate", None) if private else None
-        return cls(job.transform, SPECS[job.transform].shape, job.input.max_dead_letter_fraction,
+        limit = entry.get("max_dead_letter_fraction", job.input.max_dead_letter_fraction) \
+            if entry else job.input.max_dead_letter_fraction  # the release's own, when bound
+        return cls(job.transform, SPECS[job.transform].shape, limit,
                    outside_unusable, steps.origin, steps.size, steps.horizon,
                    None if keys is None else frozenset(keys), entry)
 
@@ -167,6 +198,8 @@ class Gate:
         """(unit, category) of a well-formed element at event time `seconds`."""
         values = _element_values(self.shape, element)
         unit = unit_of(self.transform, values)
+        if not _well_formed(self.transform, values):
+            return unit, MALFORMED
         step = math.floor((seconds - self.origin) / self.size)
         if not 0 <= step < self.horizon:
             return unit, OUTSIDE

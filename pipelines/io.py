@@ -151,11 +151,11 @@ class ToElement(beam.DoFn):
 
 def row_unit(job: job_config.JobConfig, row):
     """The gate's unit of a row (`gate.unit_of`), or None when the row names none readably."""
-    from pipelines.gate import UNIT_ROLES, unit_of
+    from pipelines import gate
     if not isinstance(row, dict):
         return None
     values = {}
-    for role in UNIT_ROLES.get(job.transform, ()):
+    for role in gate.UNIT_ROLES.get(job.transform, ()):
         column = job.input.fields.get(role)
         if column is None or column not in row:
             return None
@@ -164,8 +164,11 @@ def row_unit(job: job_config.JobConfig, row):
                                job.input.timestamp_format)
         except Exception:  # noqa: BLE001 (an unreadable unit: the line is nobody's)
             return None
-        values[role] = canonical_unit(value) if job.input.type_of(role) == "id" else value
-    return unit_of(job.transform, values)
+        # as `ToElement` keys it (one rule: a well-formed and a malformed record of one unit
+        # are one gate unit)
+        values[role] = canonical_unit(value) if job.input.type_of(role) == "id" and \
+            role in UNIT_ROLES else value
+    return gate.unit_of(job.transform, values)
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
@@ -415,7 +418,7 @@ def read_rows(pipeline, job: job_config.JobConfig):
             DEAD_LETTER, main="rows")
     else:
         files = pipeline | "CsvFiles" >> beam.Create(input_files(job.input.path))
-        parsed = files | "ParseCsv" >> beam.ParDo(_ParseCsvFile(csv_header(job.input.path))
+        parsed = files | "ParseCsv" >> beam.ParDo(_ParseCsvFile(csv_header(job.input.path), job)
                                                   ).with_outputs(DEAD_LETTER, main="rows")
     return parsed.rows, [parsed[DEAD_LETTER]]
 
@@ -451,7 +454,7 @@ def _not_text(row: dict):
 
 
 LONG_BAD_LINE = 1 << 16  # bytes: a bad JSON line this long may hide records run together,
-MIN_RECORD_BYTES = 8     # as many as its bytes could hold: a JSON record and its line end
+RUN_TOGETHER = re.compile(rb"\}\s*\{")  # as many as it has objects run together ("}{")
 
 
 class ParseJson(beam.DoFn):
@@ -469,8 +472,8 @@ class ParseJson(beam.DoFn):
             # bad line longer than any record (records run together, CR line ends) for an
             # unknown number (the input gate refuses it unless told to accept anything)
             items = len(row) if isinstance(row, list) else 1
-            weight = max(items, 1, len(line) // MIN_RECORD_BYTES if len(line) > LONG_BAD_LINE
-                         else 1)
+            weight = max(items, 1, len(RUN_TOGETHER.findall(line)) + 1
+                         if len(line) > LONG_BAD_LINE else 1)
             yield dead_letter(line, Reason("unparseable",
                                           f"invalid JSON line: {str(error)[:200]}"),
                               weight=weight)
@@ -490,12 +493,14 @@ class _ParseCsvFile(beam.DoFn):
     header's names) or a dead letter (`csv_records`). One worker reads the file from its start,
     record by record, so a quoted cell may hold line breaks (a record is one or more lines)."""
 
-    def __init__(self, header):
-        self.header = header
+    def __init__(self, header, job: job_config.JobConfig = None):
+        self.header, self.job = header, job
 
     def process(self, path: str):
+        job = self.job
+        unit_of_row = None if job is None else (lambda row: row_unit(job, row))
         with FileSystems.open(path) as handle:
-            yield from csv_records(iter(handle.readline, b""), self.header)
+            yield from csv_records(iter(handle.readline, b""), self.header, unit_of_row)
 
 
 CSV_RECORD_BYTES = 1 << 20  # a longer CSV record is one dead letter (its lines read to its end)
@@ -528,40 +533,74 @@ def _quoted_after(text: str, quoted: bool) -> bool:
     return state == _QUOTED
 
 
-def csv_records(lines, header):
+def csv_records(lines, header, unit_of_row=None):
     """A CSV file's physical lines (bytes, with their line ends) -> a row (dict by `header`) or
     a dead letter per record after the first (the header). A record is one or more lines (a
-    quoted cell may hold line breaks); its dead letter holds its bytes. Invalid UTF-8, a quoted
-    cell still open at the end of the file, a blank record, a record over 1 MiB, a csv error
-    or a column count other than the header's: one dead letter per record, never a crash."""
+    quoted cell may hold line breaks); its dead letter holds its bytes. Invalid UTF-8, a blank
+    record, a csv error or a column count other than the header's: one dead letter per record,
+    never a crash. A record of several lines that fails (a quote opened and never closed, or
+    closed lines later: a cell over 1 MiB) is one dead letter for its first line only, and the
+    lines after it are read again as records of their own: one record's stray quote never
+    hides the records after it. `unit_of_row` (a row dict -> the gate's unit or None) names the
+    unit of a bad record from its first line's cells (`pipelines.gate`)."""
+    pending = []  # lines read again after a failed record of several lines
+    source = iter(lines)
+
+    def next_line():
+        return pending.pop() if pending else next(source, None)
+
     first = True
-    raw, texts, size, quoted, undecodable, spans = [], [], 0, False, None, 0
-    for line in lines:
-        spans += 1
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            undecodable = undecodable or error
-            text = line.decode("utf-8", "surrogateescape")  # its quotes still count
-        size += len(line)
-        if size <= CSV_RECORD_BYTES:
+    raw, texts, size, quoted, undecodable = [], [], 0, False, None
+    while True:
+        line = next_line()
+        if line is None and not raw:
+            return
+        if line is not None:
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                undecodable = undecodable or error
+                text = line.decode("utf-8", "surrogateescape")  # its quotes still count
+            size += len(line)
             raw.append(line)
             texts.append(text)
-        elif not raw:  # a first line over the limit: its start, for the dead letter
-            raw.append(line[:4 * DEAD_LETTER_CHARS])
-        quoted = _quoted_after(text, quoted)
+            quoted = _quoted_after(text, quoted)
+            if quoted and size <= CSV_RECORD_BYTES:
+                continue  # a quoted cell goes on in the next line
+        problem = None
         if quoted:
-            continue  # a quoted cell goes on in the next line
-        if not first:
-            yield _csv_record(raw, texts, size, undecodable, header, spans=spans)
+            problem = "a quoted cell is still open at the end of the file" if line is None \
+                else "a quoted cell over 1 MiB (not closed?)"
+        letter = None if first else _csv_record(raw, texts, size, undecodable, header, problem)
+        if len(raw) > 1 and (quoted or isinstance(letter, beam.pvalue.TaggedOutput)):
+            # a failed record of several lines: its first line alone; the others again
+            if not first:
+                yield _first_line_letter(raw[0], texts[0], header, unit_of_row)
+            pending.extend(reversed(raw[1:]))
+        elif letter is not None:
+            yield letter
         first = False
-        raw, texts, size, undecodable, spans = [], [], 0, None, 0
-    if size:  # (first: the header's own quote is open, so every line went into it)
-        yield _csv_record(raw, texts, size, undecodable, header,
-                          "a quoted cell is still open at the end of the file", spans)
+        raw, texts, size, quoted, undecodable = [], [], 0, False, None
 
 
-def _csv_record(raw, texts, size, undecodable, header, problem=None, spans=1):
+def _first_line_letter(line: bytes, text: str, header, unit_of_row):
+    """The dead letter of a failed record's first line, with its unit when its cells name one."""
+    record = line.rstrip(b"\r\n")
+    letter = dead_letter_record(record, Reason(
+        "unparseable", "invalid CSV line: a quoted cell that does not close within its record "
+                       "(the lines after it are read as records of their own)"))
+    if unit_of_row is not None:
+        try:
+            cells = next(csv.reader([text.rstrip("\r\n")]))
+        except (csv.Error, StopIteration):
+            cells = []
+        unit = unit_of_row(dict(zip(header, cells)))
+        if unit is not None:
+            letter["unit"] = unit
+    return beam.pvalue.TaggedOutput(DEAD_LETTER, letter)
+
+
+def _csv_record(raw, texts, size, undecodable, header, problem=None):
     values = None
     if problem is None and undecodable is not None:
         problem = undecodable
@@ -584,9 +623,7 @@ def _csv_record(raw, texts, size, undecodable, header, problem=None, spans=1):
     record = b"".join(raw)
     record = record[:-2] if record.endswith(b"\r\n") else \
         record[:-1] if record.endswith(b"\n") else record
-    # a bad record spanning lines (an open quote) stands for every line it swallowed
-    return dead_letter(record, Reason("unparseable", f"invalid CSV line: {str(problem)[:200]}"),
-                       weight=max(spans, 1))
+    return dead_letter(record, Reason("unparseable", f"invalid CSV line: {str(problem)[:200]}"))
 
 
 def input_files(pattern: str):
@@ -617,7 +654,7 @@ def check_text_files(pattern) -> None:
             continue
         with FileSystems.open(path) as handle:
             head = handle.read(4096)
-        if head.startswith(BINARY_MAGIC) or b"\x00" in head:
+        if head.startswith(BINARY_MAGIC):  # (a NUL byte may be a record's: read as one)
             job_config.fail("input.path", "text files (JSON lines or CSV; a compressed file "
                                           "needs its suffix, e.g. .gz)", path)
 

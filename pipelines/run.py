@@ -81,6 +81,7 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
                   secret_fingerprint=secret_fingerprint,
                   max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
                   release_delay_steps=job.steps.release_delay_steps, gate_share=job.gate_share,
+                  gate_rule=gate.rule_of(job) if job.gate_share is not None else None,
                   allowed_lateness_seconds=job.steps.allowed_lateness_seconds,
                   **job.privacy.budget, **job.bounds)
     if noise_version is not None:

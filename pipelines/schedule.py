@@ -190,9 +190,15 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "published": published_folder(job, transform.release_id),
             "spent": "nothing (no newly complete step)"})
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
+    manifest = job_run.release_manifest(transform)
+    # the runs the gate refused before the release started, carried by every later run
+    before = refusals_before(state_dir, transform) if ledger is None else \
+        ledger.get("release_manifest", {}).get("gate_refusals_before")
+    if before is not None and before["count"]:
+        manifest["gate_refusals_before"] = before
     ledger_of_run = {
         "release_id": transform.release_id, "descriptor": transform.descriptor,
-        "release_manifest": job_run.release_manifest(transform),  # published as release.json
+        "release_manifest": manifest,  # published as release.json
         "descriptor_digest": transform.descriptor_digest,
         "mechanism": transform.resolved_mechanism[0],
         "mechanism_params": transform.resolved_mechanism[1],
@@ -471,6 +477,24 @@ def publish_manifest(job, release_id, ledger: dict) -> Optional[str]:
 REFUSALS = "gate-refusals"  # the state directory's record of runs the input gate refused
 
 
+def refusal_files(state_dir: str) -> list:
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        return [m.path for m in FileSystems.match([join(state_dir, REFUSALS, "*.json")])[0]
+                .metadata_list]
+    except Exception:  # noqa: BLE001 (none)
+        return []
+
+
+def refusals_before(state_dir: str, transform) -> dict:
+    """What the runs the gate refused before this release started spent on the same source
+    (public: each is a gate decision; release.json states it beside the release's budget)."""
+    count = len(refusal_files(state_dir))
+    gate = getattr(transform, "gate", None) or {}
+    spent = {k: v * count for k, v in gate.get("budget", {}).items()}
+    return {"count": count, "spent": spent}
+
+
 def note_refusal(state_dir: str, line: str) -> None:
     """Records a run the input gate refused (what it spent, from its refusal) in the state
     directory, one create-only file per refusal: the release it would have started is gone,
@@ -485,6 +509,16 @@ def note_refusal(state_dir: str, line: str) -> None:
             handle.write(json.dumps({"refusal": line}, sort_keys=True).encode("utf-8"))
     except Exception:  # noqa: BLE001 (the refusal itself is what the operator must see)
         pass
+
+
+def refusals_note(state_dir: str, error) -> str:
+    """The running count of this state directory's refused runs (each spent the gate's share
+    on the source), after a refusal."""
+    if not gate.refused(error):
+        return ""
+    count = len(refusal_files(state_dir))
+    return (f" This state directory's refused runs so far: {count} (each spent the gate's "
+            f"share on this source; the release that starts states them in release.json).")
 
 
 def main(argv=None) -> int:
@@ -509,7 +543,8 @@ def main(argv=None) -> int:
     except ValueError as error:
         if gate.refused(error):
             note_refusal(args.state_dir, gate.one_line(error))
-        print(f"error: {gate.one_line(error)}", file=sys.stderr)
+        print(f"error: {gate.one_line(error)}{refusals_note(args.state_dir, error)}",
+              file=sys.stderr)
         return 2
     except ConcurrentRun as error:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
@@ -519,6 +554,7 @@ def main(argv=None) -> int:
             storage.storage_error(error, _written_folders(args.config, args.state_dir))
         if gate.refused(error):
             note_refusal(args.state_dir, line)
+            line = line + refusals_note(args.state_dir, error)
         if line is None:
             try:
                 line = io.read_failure(error, job_config.load(args.config))

@@ -169,7 +169,7 @@ class ContinualBase(beam.PTransform):
                  noise_version: str = NOISE_DOMAIN_VERSION, claims: Optional[str] = None,
                  label: Optional[str] = None, part_of: Optional[str] = None,
                  checkpoint: Optional[str] = None, postprocess: Optional[str] = None,
-                 gate_share: Optional[float] = None):
+                 gate_share: Optional[float] = None, gate_rule: Optional[dict] = None):
         super().__init__(label)
         # opt-in post-processing of the running totals (bound to the release: descriptor)
         if postprocess not in POSTPROCESS:
@@ -217,6 +217,7 @@ class ContinualBase(beam.PTransform):
         self.gate = None
         if gate_share is not None:
             self.gate, self.budget = gate_budget(self.budget, gate_share)
+            self.gate.update(gate_rule or {})  # the rule's public parameters (the config's)
         check.one_of("mechanism", mechanism, ("auto",) + NAMES)
         self.mechanism_name = mechanism
         self.mechanism_params = dict(mechanism_params or {})

@@ -225,11 +225,15 @@ def test_a_few_bad_bytes_cannot_hide_most_of_the_input(tmp_path, capsys):
     with open(csv_path, "w") as handle:
         handle.write(",".join(fields) + "\n")
         for i, row in enumerate(rows):
-            user = ('"' + row["user"]) if i == 100 else row["user"]
-            handle.write(f"{row['ts']},{user},{row['region']}\n")
+            region = ('"' + row["region"]) if i == 100 else row["region"]
+            handle.write(f"{row['ts']},{row['user']},{region}\n")
     stray = _job(tmp_path, "csv.yaml", input__path=str(csv_path), input__format="csv")
-    assert job_run.main(["--config", str(stray)]) == 2
-    assert "noisy excess" in capsys.readouterr().err  # the swallowed lines, by weight
+    assert job_run.main(["--config", str(stray)]) == 0  # (second adversary review of #38)
+    assert "3860 events in the horizon" in capsys.readouterr().out  # one record lost, not all
+    letters = [json.loads(line) for p in glob.glob(
+        str(tmp_path / "out" / "active-users-operator" / "dead_letters-*")) for line in open(p)]
+    assert len(letters) == 1 and letters[0]["code"] == "unparseable"
+    assert letters[0]["unit"] == repr(rows[100]["user"])  # its unit's one malformed vote
     array = tmp_path / "array.jsonl"
     with open(array, "w") as handle:
         for row in rows[:100]:
@@ -287,6 +291,10 @@ def test_a_refused_scheduled_run_leaves_no_release_so_the_fixed_config_starts_it
     assert schedule.main(["--config", str(fixed), "--state-dir", state,
                           "--now", "2026-01-06T12:00:00Z"]) == 0
     assert glob.glob(str(tmp_path / "out" / "active-users-scheduled" / "*" / "records-*"))
+    manifest, = glob.glob(str(tmp_path / "out" / "active-users-scheduled" / "*" /
+                              "release.json"))
+    assert json.load(open(manifest))["gate_refusals_before"] == {
+        "count": 1, "spent": {"epsilon": 0.02}}  # what the refused run spent, stated
 
 
 def test_doctests():
@@ -338,7 +346,7 @@ def test_a_second_review_of_hidden_records(tmp_path, capsys):
     for i in range(len(data) // 3, len(data) // 3 + 200):
         data[i] ^= 0x55
     corrupt.write_bytes(bytes(data))
-    cases = [(header, "csv", "unparseable: 3862"), (together, "jsonl", "unparseable: "),
+    cases = [(header, "csv", "noisy excess"), (together, "jsonl", "unparseable: "),
              (corrupt, "parquet", "`input.path` must be Parquet files whose every page reads")]
     for i, (path, fmt, message) in enumerate(cases):
         job = _job(tmp_path, f"case{i}.yaml", input__path=str(path), input__format=fmt)
@@ -357,3 +365,71 @@ def test_the_figures_docs_privacy_states_are_the_gates():
         phrase = words.format(sd=math.sqrt(rule.sampler().variance), tau=rule.threshold())
         assert phrase in text, phrase
     assert gate.BETA == 1e-3 and "P(X > tau) <= 1e-3" in text
+
+
+def test_a_nul_byte_in_a_record_is_that_records_not_the_files(tmp_path, capsys):
+    """Adversary review of #38, 1: a NUL byte in the first record no longer stops the run (the
+    file's first bytes are a person's record; only a compressed or Parquet file's magic, which
+    no text record starts with, is structural)."""
+    rows = _demo_rows()
+    path = tmp_path / "nul.csv"
+    with open(path, "w") as handle:
+        handle.write("ts,user,region\n")
+        handle.write(f"{rows[0]['ts']},vic\x00tim,{rows[0]['region']}\n")
+        for row in rows[1:]:
+            handle.write(f"{row['ts']},{row['user']},{row['region']}\n")
+    job = _job(tmp_path, input__path=str(path), input__format="csv")
+    assert job_run.main(["--config", str(job)]) == 0
+    assert "3861 events in the horizon" in capsys.readouterr().out
+
+
+def test_a_units_good_and_bad_records_are_one_gate_unit_in_every_transform():
+    """Adversary review of #38, 3: integer edge ids were keyed two ways (a malformed record of
+    an edge voted apart from its well-formed ones); the gate keys a row as `ToElement` does."""
+    from pipelines import config as job_config
+    from pipelines import io
+    for name, good, unit_roles in (
+            ("friend_degrees", {"ts": 1767571300, "a": 7, "b": 8, "op": "+"}, ("a", "b")),
+            ("active_users", {"ts": "2026-01-05T00:10:00Z", "user": 7, "region": "x"},
+             ("unit",)),
+            ("cart_items", {"ts": "2026-01-05T00:10:00Z", "op": "+", "item": 7, "store": "c"},
+             ("item",))):
+        job = job_config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
+        fields = job.input.fields
+        row = {}
+        for role, column in fields.items():
+            row[column] = next((v for k, v in good.items() if k == column or k == role),
+                               good.get(column))
+        elements = list(io.ToElement(job).process(row))
+        assert len(elements) == 1 and not hasattr(elements[0], "tag"), (name, elements)
+        rule = gate.Gate.of(job, types_namespace(job))
+        unit, _ = rule.record_votes(elements[0].value, 1767571300.0)
+        bad = dict(row, **{fields["timestamp"]: "not a time"})
+        letter, = list(io.ToElement(job).process(bad))
+        assert letter.value["unit"] == unit, (name, letter.value, unit)
+
+
+def types_namespace(job):
+    import types
+    return types.SimpleNamespace(public_keys=None, gate=None)
+
+
+def test_records_the_transform_refuses_vote_malformed():
+    """Adversary review of #38, 6: an element the transform dead-letters (a misspelt op, a
+    self-loop) is a malformed vote, not a used one."""
+    rule = dataclasses.replace(_rule(), transform="degree_count", shape=("op", ("a", "b")),
+                               public_keys=None)
+    assert rule.record_votes(("+", (1, 2)), 10.0) == (gate.unit_of(
+        "degree_count", {"a": 1, "b": 2}), gate.USED)
+    assert rule.record_votes(("x", (1, 2)), 10.0)[1] == gate.MALFORMED
+    assert rule.record_votes(("+", (1, 1)), 10.0)[1] == gate.MALFORMED
+
+
+def test_a_long_bad_json_line_counts_the_records_run_together_in_it():
+    """Adversary review of #38, 5: weighed by its records (objects run together), not bytes."""
+    from pipelines.io import ParseJson
+    one = b'{"user": "victim", "note": "' + b"x" * 70000 + b"\n"
+    three = b'{"a": 1}{"a": 2} {"a": 3' + b" " * 70000 + b"\n"
+    weights = [list(ParseJson().process(line))[0].value.get("weight", 1)
+               for line in (one, three)]
+    assert weights == [1, 3]
