@@ -280,6 +280,16 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         except ValueError as error:
             print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
+        if continuation is not None and continuation.complete:
+            if not continuation.republished:
+                print(f"error: `--continue` must be used on a release with steps left (release "
+                      f"{transform.release_id} published all {job.steps.horizon}); got "
+                      f"'complete'.", file=sys.stderr)
+                return 2
+            print(f"release {transform.release_id}: steps {continuation.republished} "
+                  f"republished from their checkpoints; all {job.steps.horizon} steps are "
+                  f"published (the release is complete)", flush=True)
+            return 0
         manifest = dict(release_manifest(transform), input=io.input_binding(job))
         pipeline = beam.Pipeline(options=options)
         stream.build(pipeline, job, transform, manifest, not local, continuation)
@@ -319,8 +329,9 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                   file=sys.stderr)
             return 2
         print(f"release {transform.release_id}: {len(published)} of {job.steps.horizon} steps "
-              f"published" + ("" if code == 0 else " (stopped before the horizon's end: the "
-                                                   "release ends here)")
+              f"published" + ("" if code == 0 else " (stopped before the horizon's end" + (
+                  ": --continue resumes it from its last checkpointed step)"
+                  if transform.checkpoint is not None else ": the release ends here)"))
               + f"; operator-only (NOT private): {job.operator_path}/summary.json, "
                 f"dead_letters-*.jsonl", flush=True)
         return 0 if code == 0 else 1
@@ -349,7 +360,7 @@ def continued_stream(job: job_config.JobConfig, checkpoint: str):
                                       f"with (its {name} differs: a release continues on the "
                                       f"terms it was published with)", name)
     continuation = stream.Continuation(job, transform)
-    continuation.republish(job, transform)
+    continuation.republished = continuation.republish(job, transform)
     return transform, continuation
 
 

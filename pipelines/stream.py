@@ -205,27 +205,37 @@ class Continuation:
         last, self.units, self.keys, self.records = ck.verified_resume(
             transform.config, self.folder, job.public_keys)
         self.first = last + 1
-        if self.first >= job.steps.horizon:
-            job_config.fail("--continue", f"a release with steps left (release "
-                                          f"{transform.release_id} published all "
-                                          f"{job.steps.horizon})", "complete")
+        # every step checkpointed: nothing to release (`republish` restores missing files)
+        self.complete = self.first >= job.steps.horizon
+        self.republished = []
+
+    @property
+    def attempt(self) -> int:
+        """This continuation's attempt at its first step: one more than the claims made from
+        it before (continuations that stopped before checkpointing any step)."""
+        from transforms import stream_checkpoint as ck
+        return 1 + max((a for f, a in ck.epochs(self.folder) if f == self.first), default=0)
 
     def claim(self, transform) -> ClaimOnce:
-        """The continuation's claim, once: `from-<first>.json`, refused when a continuation
-        from a later step exists (this checkpoint was continued, and continued again)."""
+        """The continuation's claim of the steps from `first`, once per attempt
+        (`from-<first>.json`, then `from-<first>-<attempt>.json`): made only while no step
+        from `first` on is checkpointed (the proof is the checkpoint chain: an earlier
+        continuation from `first` that published nothing is superseded, one that published a
+        step is continued from after it); two concurrent continuations race for one name."""
         from transforms import stream_checkpoint as ck
         folder, first = self.folder, self.first
+        self.epoch = (first, self.attempt)
 
         def nothing_later(what):
-            later = [f for f in ck.continuation_claims(folder) if f > first] + [
-                s for s in ck.checkpointed_steps(folder) if s >= first]
+            later = [s for s in ck.checkpointed_steps(folder) if s >= first]
             if later:
-                fail("claim", f"new: {what} was continued before (a later step is recorded)",
-                     later[0])
-        return ClaimOnce(ck.join(folder, ck.claim_name(first)),
-                         {"release_id": transform.release_id, "first": first},
-                         f"steps from {first} of release {transform.release_id}",
-                         precondition=nothing_later)
+                fail("claim", f"new: {what} was continued before (step {later[0]} is "
+                              f"checkpointed: --continue again resumes after it)", later[0])
+        return ClaimOnce(ck.join(folder, ck.claim_name(*self.epoch)),
+                         {"release_id": transform.release_id, "first": first,
+                          "attempt": self.epoch[1]},
+                         f"steps from {first} of release {transform.release_id} (attempt "
+                         f"{self.epoch[1]})", precondition=nothing_later)
 
     def republish(self, job: job_config.JobConfig, transform) -> List[int]:
         """The files of every checkpointed step whose manifest is missing (a job stopped
@@ -249,21 +259,24 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
     from its first, from its verified checkpoint."""
     if continuation is None:
         passed, first = guard(pipeline, release_claim(job, manifest), "ClaimRelease"), 0
+        epoch = (0, 0)
     else:
         passed, first = guard(pipeline, continuation.claim(transform), "ClaimContinuation"), \
             continuation.first
-        transform.resume(
-            StepWindow(first, job.steps.horizon),
-            unit_states=pipeline | "UnitStates" >> beam.Create(
-                list(continuation.units.items()), reshuffle=False),
-            key_states=pipeline | "KeyStates" >> beam.Create(
-                list(continuation.keys.items()), reshuffle=False))
+        epoch = continuation.epoch
+        if first > 0:  # from step 0 (nothing was published): the release's fresh states
+            transform.resume(
+                StepWindow(first, job.steps.horizon),
+                unit_states=pipeline | "UnitStates" >> beam.Create(
+                    list(continuation.units.items()), reshuffle=False),
+                key_states=pipeline | "KeyStates" >> beam.Create(
+                    list(continuation.keys.items()), reshuffle=False))
     elements, dead = read_elements(pipeline, job, remote)
     transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
     step_checkpoint = None if transform.checkpoint is None else StepCheckpoint(
         transform.config, transform.checkpoint, first, result.key_states, passed,
-        transform.execution)
+        transform.execution, epoch[1])
     manifests = result.records | "PublishSteps" >> WriteStepFiles(
         steps_folder(job.public_path), job.public_keys, job.output.formats, step_checkpoint)
     _ = manifests | "StepStatus" >> beam.ParDo(StepStatus(
@@ -298,11 +311,11 @@ def published_steps(job: job_config.JobConfig) -> dict:
 
 
 def published_release(job: job_config.JobConfig):
-    """The release.json of the job's folder, or None."""
+    """The release.json of the job's folder, or None; a damaged one is one error naming it."""
     from transforms.claims import read_claim
     try:
         return read_claim(f"{job.public_path.rstrip('/')}/release.json")
-    except (OSError, ValueError):
+    except OSError:
         return {"release_id": "unreadable"}
 
 
@@ -380,7 +393,9 @@ def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll:
     published before the job started (a continued release); a step this job publishes is
     printed once its operator note (its lag) is written too."""
     steps = job.steps.time_steps()
-    last_release = steps.end(steps.horizon - 1 + delay_steps)
+    # a job started after the horizon's end (a late continuation) is given the grace from its
+    # start: its due steps are released as its input's watermark reaches them
+    last_release = max(steps.end(steps.horizon - 1 + delay_steps), time.time())
     grace = grace_seconds if grace_seconds is not None else 2 * job.steps.size_seconds + 30
     shown, written = set(), None
     while True:

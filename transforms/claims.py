@@ -35,8 +35,15 @@ def read_claim(path: str) -> Optional[dict]:
     from apache_beam.io.filesystems import FileSystems
     if not FileSystems.exists(path):
         return None
-    with FileSystems.open(path) as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    try:
+        with FileSystems.open(path) as handle:
+            found = json.loads(handle.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        found = error
+    if not isinstance(found, dict):
+        fail("claim", f"a JSON object this release wrote (the file is damaged: "
+                      f"{type(found).__name__})", path)
+    return found
 
 
 class ClaimOnce:

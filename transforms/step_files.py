@@ -69,9 +69,11 @@ class StepCheckpoint:
     window, the keys' states after each step (the release's `key_states`), and the
     execution's claim token (the singleton of its guard)."""
 
-    def __init__(self, config, folder: str, first: int, key_states, passed, execution: str):
+    def __init__(self, config, folder: str, first: int, key_states, passed, execution: str,
+                 attempt: int = 0):
         self.config, self.folder, self.first = config, folder, first
         self.key_states, self.passed, self.execution = key_states, passed, execution
+        self.epoch = (first, attempt)  # `stream_checkpoint.epochs`: (0, 0) for the launch
 
 
 class StepFilesFn(beam.DoFn):
@@ -88,7 +90,7 @@ class StepFilesFn(beam.DoFn):
         self.folder, self.formats = folder, tuple(formats)
         self.keys = frozenset(key_text(k) for k in public_keys)
         self.checkpoint = None if checkpoint is None else (
-            checkpoint.config, checkpoint.folder, checkpoint.first, checkpoint.execution)
+            checkpoint.config, checkpoint.folder, checkpoint.epoch, checkpoint.execution)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
                 count=beam.DoFn.StateParam(COUNT)):
@@ -122,30 +124,48 @@ class StepFilesFn(beam.DoFn):
         yield manifest
 
     def _checkpoint(self, step: int, rows: list, states: list, token) -> None:
-        """Claims `step` for this execution (one execution publishes a step), refuses when a
-        later continuation claimed it, and writes the step's checkpoint (before its files)."""
+        """Claims `step` for this execution, refuses when a later epoch (a continuation, or a
+        retry of one) claimed it, and writes the step's checkpoint (before its files). A claim
+        of an earlier epoch is taken over: its execution stopped before checkpointing the step
+        (else this epoch would not start at or before it); the checkpoint, written once,
+        decides which execution publishes the step."""
         from transforms import stream_checkpoint as ck
-        config, folder, first, execution = self.checkpoint
+        config, folder, epoch, execution = self.checkpoint
+        epoch = tuple(epoch)
 
         def superseded():
-            later = [f for f in ck.continuation_claims(folder) if first < f <= step]
+            later = ck.superseding(folder, epoch, step)
             if later:
                 fail("step", f"published by the latest execution (a continuation claimed the "
-                             f"steps from {later[0]})", step)
+                             f"steps from {later[0][0]})", step)
         superseded()  # before the step's claim: a superseded execution leaves none
         claim = ck.join(folder, f"step-{step:08d}.claim")
-        mine = json.dumps({"token": str(token), "execution": execution}, sort_keys=True)
+        mine = json.dumps({"token": str(token), "execution": execution, "epoch": list(epoch)},
+                          sort_keys=True)
         if not create_if_absent(claim, mine.encode("utf-8")):
-            from apache_beam.io.filesystems import FileSystems
-            with FileSystems.open(claim) as handle:
-                if handle.read().decode("utf-8") != mine:
-                    fail("step", f"published by one execution (step {step} was claimed by "
-                                 f"another execution of release {config.release_id})", claim)
+            found = read_step_claim(claim)
+            if found != json.loads(mine) and tuple(found.get("epoch", ck.LAUNCH)) >= epoch:
+                fail("step", f"published by one execution (step {step} was claimed by "
+                             f"another execution of release {config.release_id})", claim)
         superseded()
         # every unit log file written so far: the ones behind what step `step` releases too
         publish_once(ck.join(folder, ck.keys_name(step)),
                      ck.key_checkpoint(config, step, rows, states, ck.unit_log_files(folder),
                                        execution))
+
+
+def read_step_claim(path: str) -> dict:
+    """A step's claim (`StepFilesFn._checkpoint`), or one error naming the file."""
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        with FileSystems.open(path) as handle:
+            found = json.loads(handle.read().decode("utf-8"))
+        if not isinstance(found, dict):
+            raise ValueError("not an object")
+        return found
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        fail("step claim", f"a JSON object this release wrote ({type(error).__name__}: delete "
+                           f"the damaged file to let the step be claimed again)", path)
 
 
 class CheckpointedStepFilesFn(StepFilesFn):

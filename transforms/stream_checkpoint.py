@@ -16,9 +16,13 @@ resumed without its state would spend its cap again). The checkpoint folder hold
   the unit log files present then. A contribution released at step s or before left its
   bundle after that bundle's file was written, and the key released it before the step was
   complete: so the listed files hold every unit state behind what was published. MAC'd.
-- `step-<s>.claim`: the execution that publishes step s, its claim token and its execution id
-  (one per step, create-if-absent).
-- `from-<first>.json`: a continuation's claim of the steps from `first` (once).
+- `step-<s>.claim`: the execution that claimed step s first: its claim token, its execution id
+  and its epoch (create-if-absent). A later epoch takes the step over when the claimant did
+  not checkpoint it (it stopped between the two): what decides is `keys-at-<s>.json`, written
+  once (`durable.create_if_absent`), so a step is never checkpointed, nor published, twice.
+- `from-<first>.json` (`from-<first>-<attempt>.json` for a retry): a continuation's claim of
+  the steps from `first`, made only while no step from `first` on is checkpointed; its epoch
+  (first, attempt) supersedes every earlier one at the steps from `first` on.
 
 A continuation from s verifies the checkpoints' MACs, reads every unit log file the last one
 lists (a file missing, or one whose MAC fails, is refused: its units would spend their caps
@@ -142,8 +146,33 @@ def read_key_checkpoint(config, folder: str, step: int) -> dict:
     return body
 
 
-def claim_name(first: int) -> str:
-    return f"from-{first:08d}.json"
+def claim_name(first: int, attempt: int = 1) -> str:
+    """A continuation's claim of the steps from `first`: its first attempt `from-F.json` (as
+    before attempts), a later one `from-F-A.json`."""
+    return f"from-{first:08d}.json" if attempt == 1 else f"from-{first:08d}-{attempt:02d}.json"
+
+
+# the epoch of an execution: (its first step, its attempt); the launch that started the release
+# is (0, 0), a continuation (first, attempt >= 1). A later epoch supersedes an earlier one at
+# every step from its first on (`superseding`).
+LAUNCH = (0, 0)
+
+
+def epochs(folder: str) -> List[Tuple[int, int]]:
+    """The epochs of the continuations claimed in `folder`, sorted."""
+    found = []
+    for path in _listing(join(folder, "from-*.json")):
+        stem = path.rsplit("/", 1)[-1][len("from-"):-len(".json")]
+        first, _, attempt = stem.partition("-")
+        if first.isdigit() and (attempt == "" or attempt.isdigit()):
+            found.append((int(first), int(attempt) if attempt else 1))
+    return sorted(found)
+
+
+def superseding(folder: str, epoch: Tuple[int, int], step: int) -> List[Tuple[int, int]]:
+    """The epochs later than `epoch` that claimed `step` (their first <= step): an execution of
+    `epoch` must not publish `step` once one exists."""
+    return [e for e in epochs(folder) if e > tuple(epoch) and e[0] <= step]
 
 
 def _numbered(folder: str, prefix: str) -> List[int]:
@@ -157,8 +186,9 @@ def _numbered(folder: str, prefix: str) -> List[int]:
 
 
 def continuation_claims(folder: str) -> List[int]:
-    """The first steps of the continuations claimed in `folder`."""
-    return _numbered(folder, "from-")
+    """The first steps of the continuations claimed in `folder` (each once, whatever its
+    attempts)."""
+    return sorted({first for first, _ in epochs(folder)})
 
 
 def checkpointed_steps(folder: str) -> List[int]:
@@ -198,11 +228,12 @@ def unit_states_at(config, folder: str, step: int, files: List[str],
 def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, list]:
     """The last checkpointed step s, the units' states as of s, the keys' sealed states after s
     and the records of s; refused unless every checkpoint up to s is there and MAC'd and every
-    unit log file the last one lists is there and MAC'd."""
+    unit log file the last one lists is there and MAC'd. With no checkpoint at all (no step
+    was published: files follow their checkpoint), s = -1 and no states: the release starts
+    again from step 0."""
     steps = checkpointed_steps(folder)
-    if not steps:
-        fail("checkpoint", "of a published step (no step of this release was checkpointed: "
-                           "start a new release in a new folder)", folder)
+    if not steps:  # nothing was published: the release starts again from step 0
+        return -1, {}, {}, []
     last = steps[-1]
     if steps != list(range(last + 1)):
         fail("checkpoint", f"of every step 0 to {last}", f"steps {steps}")

@@ -295,3 +295,63 @@ def test_a_checkpointed_release_is_not_updated_in_place(tmp_path, capsys):
     assert job_run.main(["--config", config, "--update"]) == 2
     assert capsys.readouterr().err.startswith(
         "error: `--update` must be left out for a checkpointed streaming release")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", ["checkpoint/step-00000001.claim",
+                                        "checkpoint/keys-at-00000001.json",
+                                        "steps/step-00000001.jsonl"])
+def test_a_kill_at_a_file_of_a_steps_commit_never_wedges_the_release(emulator, tmp_path,
+                                                                       kill_after):
+    """kill -9 as soon as one file of step 1's commit appears (its claim, its checkpoint, its
+    first public file; polled from outside); `--continue` (at most twice) publishes every
+    remaining step once, one record per public key, with no traceback."""
+    horizon = 8
+    subscription = emulator.subscription("events", "job")
+    origin = float(int(time.time()) + 7)
+    config = write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    raw = yaml.safe_load(open(config))
+    raw["steps"]["horizon"] = horizon
+    open(config, "w").write(yaml.safe_dump(raw))
+    public = tmp_path / "live" / "active-users-live"
+    watched = {"checkpoint": tmp_path / "live" / "active-users-live-operator" / "checkpoint",
+               "steps": public / "steps"}
+    prefix, name = kill_after.split("/")
+    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
+    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    i = 0
+
+    def publish_for(seconds: float):
+        nonlocal i
+        stop = time.time() + seconds
+        while time.time() < stop:
+            now = time.time()
+            if 0 <= (now - origin) // SIZE < horizon:
+                row = {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now}
+                emulator.publish("events", row, ms=int(now * 1000))
+            i += 1
+            time.sleep(0.1)
+
+    with Heartbeats(emulator, "events", every=0.3):
+        deadline = origin + 6 * SIZE
+        while not (watched[prefix] / name).exists() and time.time() < deadline:
+            publish_for(0.05)
+        assert (watched[prefix] / name).exists(), first.communicate(timeout=5)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        runs = 0
+        while len(glob.glob(str(public / "steps" / "step-*.json"))) < horizon:
+            assert runs < 2, f"stuck after {runs} continuations: {err[-2000:]}"
+            job = subprocess.Popen(launch + ["--continue"], cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+            while job.poll() is None and time.time() < origin + SIZE * (horizon + 20):
+                publish_for(0.3)
+            out, err = job.communicate(timeout=60)
+            runs += 1
+            assert "Traceback" not in err, err[-3000:]
+    for step in range(horizon):
+        rows = [json.loads(line) for line in open(public / "steps" / f"step-{step:08d}.jsonl")]
+        assert sorted(r["key"] for r in rows) == sorted(KEYS), step
