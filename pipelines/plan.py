@@ -657,7 +657,7 @@ def gate_plan(job, transform):
     if entry is None:
         return None
     from pipelines.gate import BETA, Gate
-    rule = Gate.of(job, transform)
+    rule = dataclasses.replace(Gate.of(job, transform), private=entry)  # (planned: no noise)
     sampler = rule.sampler()
     return {"share": entry["share"], "budget": entry["budget"],
             "threshold": rule.threshold(), "stddev": math.sqrt(sampler.variance),
