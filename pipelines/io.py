@@ -533,7 +533,7 @@ def _quoted_after(text: str, quoted: bool) -> bool:
     return state == _QUOTED
 
 
-def csv_records(lines, header, unit_of_row=None):
+def csv_records(lines, header, unit_of_row=None, with_header: bool = True):
     """A CSV file's physical lines (bytes, with their line ends) -> a row (dict by `header`) or
     a dead letter per record after the first (the header). A record is one or more lines (a
     quoted cell may hold line breaks); its dead letter holds its bytes. Invalid UTF-8, a blank
@@ -549,7 +549,7 @@ def csv_records(lines, header, unit_of_row=None):
     def next_line():
         return pending.pop() if pending else next(source, None)
 
-    first = True
+    first = with_header
     raw, texts, size, quoted, undecodable = [], [], 0, False, None
     while True:
         line = next_line()
@@ -572,8 +572,9 @@ def csv_records(lines, header, unit_of_row=None):
             problem = "a quoted cell is still open at the end of the file" if line is None \
                 else "a quoted cell over 1 MiB (not closed?)"
         letter = None if first else _csv_record(raw, texts, size, undecodable, header, problem)
-        if len(raw) > 1 and (quoted or isinstance(letter, beam.pvalue.TaggedOutput)):
-            # a failed record of several lines: its first line alone; the others again
+        failed = quoted or isinstance(letter, beam.pvalue.TaggedOutput)
+        if len(raw) > 1 and failed and (first or _holds_records(raw[1:], header)):
+            # a stray quote swallowed records: its first line alone; the others again
             if not first:
                 yield _first_line_letter(raw[0], texts[0], header, unit_of_row)
             pending.extend(reversed(raw[1:]))
@@ -581,6 +582,14 @@ def csv_records(lines, header, unit_of_row=None):
             yield letter
         first = False
         raw, texts, size, quoted, undecodable = [], [], 0, False, None
+
+
+def _holds_records(lines, header) -> bool:
+    """Whether the lines after a failed record's first line, read on their own, hold a
+    well-formed record (then a stray quote swallowed them; else the record is one bad record
+    whose cells span lines)."""
+    return any(isinstance(out, dict)
+               for out in csv_records(iter(lines), header, with_header=False))
 
 
 def _first_line_letter(line: bytes, text: str, header, unit_of_row):

@@ -181,13 +181,11 @@ def test_a_continuation_runs_once(stopped_twice, tmp_path, monkeypatch):
         execution(tmp_path, monkeypatch, STEPS.end(HORIZON + 2), (4, units, keys))
 
 
-def test_nothing_checkpointed_is_nothing_to_continue(tmp_path):
-    """A release stopped before its first step was checkpointed cannot be continued (its units'
-    states are not proven): a new release, in a new folder."""
+def test_nothing_checkpointed_starts_again_from_step_0(tmp_path):
+    """A release stopped before its first step was checkpointed published nothing (files
+    follow their checkpoint): it continues from step 0 with no unit or key state."""
     FOLDER[0] = str(tmp_path / "checkpoint")
-    with pytest.raises(ValidationError, match=r"^`checkpoint` must be of a published step \(no "
-                                              r"step of this release was checkpointed"):
-        ck.verified_resume(count().config, FOLDER[0], KEYS)
+    assert ck.verified_resume(count().config, FOLDER[0], KEYS) == (-1, {}, {}, [])
 
 
 def test_which_execution_published_a_step_is_read_from_the_sealed_checkpoints(stopped_twice):

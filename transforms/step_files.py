@@ -70,10 +70,12 @@ class StepCheckpoint:
     execution's claim token (the singleton of its guard)."""
 
     def __init__(self, config, folder: str, first: int, key_states, passed, execution: str,
-                 attempt: int = 0):
+                 attempt: int = None):
         self.config, self.folder, self.first = config, folder, first
         self.key_states, self.passed, self.execution = key_states, passed, execution
-        self.epoch = (first, attempt)  # `stream_checkpoint.epochs`: (0, 0) for the launch
+        if attempt is None:  # the launch (0, 0), or a continuation's first attempt
+            attempt = 1 if first > 0 else 0
+        self.epoch = (first, attempt)  # `stream_checkpoint.epochs`
 
 
 class StepFilesFn(beam.DoFn):
