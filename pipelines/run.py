@@ -294,6 +294,9 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         pipeline = beam.Pipeline(options=options)
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         before = set(stream.published_steps(job)) if local else set()
+        if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
+            from pipelines import local_pubsub
+            local_pubsub.install()
         result = pipeline.run()
         where = (f"release {transform.release_id}: "
                  + (f"continued from step {continuation.first} (its checkpoint verified); "
@@ -325,7 +328,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         write_text(os.path.join(job.operator_path, "summary.json"),
                    json.dumps(summary, indent=2, sort_keys=True))
         if code == 2:
-            print(f"error: the streaming job failed: {str(watch.error).splitlines()[-1]}",
+            text = str(watch.error)
+            marker = text.find("`Pub/Sub` must answer")
+            line = text[marker:].splitlines()[0] if marker >= 0 else text.splitlines()[-1]
+            print(f"error: the streaming job failed: {gate.one_line(ValueError(line))}",
                   file=sys.stderr)
             return 2
         print(f"release {transform.release_id}: {len(published)} of {job.steps.horizon} steps "

@@ -355,3 +355,87 @@ def test_a_kill_at_a_file_of_a_steps_commit_never_wedges_the_release(emulator, t
     for step in range(horizon):
         rows = [json.loads(line) for line in open(public / "steps" / f"step-{step:08d}.jsonl")]
         assert sorted(r["key"] for r in rows) == sorted(KEYS), step
+
+
+def _live_job(emulator, tmp_path, horizon):
+    subscription = emulator.subscription("events", "job")
+    origin = float(int(time.time()) + 7)
+    config = write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    raw = yaml.safe_load(open(config))
+    raw["steps"]["horizon"] = horizon
+    open(config, "w").write(yaml.safe_dump(raw))
+    return subscription, origin, config
+
+
+@pytest.mark.slow
+def test_a_missing_subscription_and_messages_up_to_10_mb_do_not_end_the_job(emulator,
+                                                                           tmp_path):
+    """Messages of 2, 5 and 9.9 MB in one pull are three events (the reader's 4 MB limit
+    failed the pull before); the subscription deleted for 6 s mid-job (a restart) is waited
+    for: every step is published, exit 0, no traceback."""
+    horizon = 10
+    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
+    job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", config],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    big_sent = deleted = restored = False
+    i = 0
+    with Heartbeats(emulator, "events", every=0.3):
+        while time.time() < origin + SIZE * (horizon + 3) and job.poll() is None:
+            now = time.time()
+            step = int((now - origin) // SIZE)
+            if step == 1 and not big_sent:
+                for mb in (2, 5, 9.9):  # Pub/Sub's limit is 10 MB (10^7 bytes) a message
+                    row = {"user": f"big{mb}", "region": "eu", "t": now,
+                           "pad": "x" * int(mb * 1e6 - 200)}
+                    emulator.publish("events", row, ms=int(now * 1000)).result()
+                big_sent = True
+            if step == 3 and not deleted:
+                emulator.subscriber.delete_subscription(subscription=subscription)
+                deleted, gone = True, now
+            if deleted and not restored and now > gone + 6:
+                emulator.subscriber.create_subscription(name=subscription,
+                                                        topic=emulator.topic("events"))
+                restored = True
+            if 0 <= step < horizon:
+                emulator.publish("events", {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now},
+                                 ms=int(now * 1000))
+            i += 1
+            time.sleep(0.15)
+        out, err = job.communicate(timeout=90)
+    assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
+    steps = tmp_path / "live" / "active-users-live" / "steps"
+    assert len(glob.glob(str(steps / "step-*.json"))) == horizon
+    operator = tmp_path / "live" / "active-users-live-operator"
+    letters = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*"))
+               for line in open(path)]
+    assert not [d for d in letters if "big" in d["record"]], letters[:3]
+
+
+@pytest.mark.slow
+def test_a_continuation_started_long_after_the_horizon_publishes_every_step(emulator, tmp_path):
+    """Killed after step 1; `--continue` launched 20 steps (40 s) after the horizon's end,
+    past the 2 steps + 30 s the driver used to wait from the horizon's end: the steps left are
+    released as the heartbeats' watermark passes them, exit 0."""
+    horizon = 6
+    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
+    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
+    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    steps = tmp_path / "live" / "active-users-live" / "steps"
+    with Heartbeats(emulator, "events", every=0.3):
+        i = 0
+        while not (steps / "step-00000001.json").exists() and time.time() < origin + 6 * SIZE:
+            now = time.time()
+            emulator.publish("events", {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now},
+                             ms=int(now * 1000))
+            i += 1
+            time.sleep(0.15)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        time.sleep(max(0.0, origin + SIZE * (horizon + 20) - time.time()))
+        second = subprocess.run(launch + ["--continue"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
+    assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    assert len(glob.glob(str(steps / "step-*.json"))) == horizon, second.stdout

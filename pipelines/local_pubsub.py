@@ -1,0 +1,95 @@
+"""Beam's local runner reading Pub/Sub, made to survive what Pub/Sub does.
+
+Beam 2.77's local reader (`runners/direct/transform_evaluator.py`, `_PubSubReadEvaluator`)
+pulls up to 10 messages with the client's default gRPC receive limit of 4 MB, and fails the job
+on any error of the pull. So a 3 MB and a 2 MB message in one pull fail the job, and so does a
+subscription missing for a moment (an emulator or a service restart) or a deadline. `install()`
+(called by the local streaming driver, `pipelines.run`) changes two things in this process:
+
+- the subscriber's channel takes `MAX_RECEIVE` bytes: ten messages of Pub/Sub's 10 MB limit;
+- a pull that fails with a transient error (`TRANSIENT`: not found, unavailable, deadline
+  exceeded, internal, aborted, resource exhausted) is retried with backoff (0.5 s doubling to
+  10 s) for up to `retry_seconds`; then the job fails with one line saying `--continue` resumes
+  it. A failed pull acknowledged nothing, so a retried one loses nothing.
+
+Dataflow reads Pub/Sub with its own service-side reader; none of this applies there.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+MAX_RECEIVE = 128 << 20
+RETRY_SECONDS = 120.0
+BACKOFF = (0.5, 10.0)  # first wait, longest wait (doubling)
+
+
+class PubSubUnavailable(RuntimeError):
+    """A transient fault of Pub/Sub that outlasted the retries."""
+
+
+def transient_errors() -> tuple:
+    from google.api_core import exceptions
+    return (exceptions.NotFound, exceptions.ServiceUnavailable, exceptions.DeadlineExceeded,
+            exceptions.InternalServerError, exceptions.Aborted, exceptions.ResourceExhausted,
+            exceptions.Unknown)
+
+
+def retried(pull, retry_seconds: float = RETRY_SECONDS, sleep=time.sleep, clock=time.monotonic):
+    """`pull()` retried on transient errors (see the module docstring), else its result."""
+    transient = transient_errors()
+    start, wait = clock(), BACKOFF[0]
+    while True:
+        try:
+            return pull()
+        except transient as error:
+            if clock() - start + wait > retry_seconds:
+                raise PubSubUnavailable(
+                    f"`Pub/Sub` must answer the job's pull within {retry_seconds:g} s; got "
+                    f"{type(error).__name__} ({str(error).splitlines()[0][:120]}): the release "
+                    f"is stopped; `--continue` resumes it from its last checkpointed "
+                    f"step.") from None
+            sleep(wait)
+            wait = min(wait * 2, BACKOFF[1])
+
+
+def subscriber_client():
+    """A subscriber whose channel receives up to MAX_RECEIVE bytes (the emulator's, when
+    PUBSUB_EMULATOR_HOST is set)."""
+    import grpc
+    from google.cloud import pubsub
+    from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+    options = [("grpc.max_receive_message_length", MAX_RECEIVE),
+               ("grpc.max_send_message_length", -1)]
+    host = os.environ.get("PUBSUB_EMULATOR_HOST")
+    if host:
+        channel = grpc.insecure_channel(host, options=options)
+    else:
+        channel = SubscriberGrpcTransport.create_channel(options=options)
+    return pubsub.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
+
+
+def install(retry_seconds: float = RETRY_SECONDS) -> None:
+    """Hardens the local runner's Pub/Sub reader in this process (idempotent)."""
+    from apache_beam.runners.direct import transform_evaluator as te
+    evaluator = te._PubSubReadEvaluator
+    if getattr(evaluator, "_dp_hardened", None) == retry_seconds:
+        return
+    original_read = getattr(evaluator, "_dp_original_read", evaluator._read_from_pubsub)
+
+    def client_state(cls, transform):
+        state = cls._subscriber_client_cache.get(transform)
+        if state is None:
+            state = te._PubSubSubscriberClient(subscriber_client())
+            cls._subscriber_client_cache[transform] = state
+            import weakref
+            weakref.finalize(transform, state.close)
+        return state
+
+    def read_from_pubsub(self, timestamp_attribute):
+        return retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
+
+    evaluator._dp_original_read = original_read
+    evaluator._get_subscriber_client_state_unlocked = classmethod(client_state)
+    evaluator._read_from_pubsub = read_from_pubsub
+    evaluator._dp_hardened = retry_seconds
