@@ -435,11 +435,7 @@ def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead:
     codes = one(all_dead, "AllDead") | f"{label}Codes" >> beam.CombineGlobally(CodesFn())
     lines = read | f"{label}Lines" >> beam.CombineGlobally(LinesFn())
     if gate.private is not None:
-        votes = ((elements, read) | f"{label}Records" >> beam.Flatten()
-                 | f"{label}UnitCounts" >> beam.ParDo(UnitVotesFn(gate))
-                 | f"{label}PerUnit" >> beam.CombinePerKey(_add_counts)
-                 | f"{label}Vote" >> beam.Map(_counted_vote)
-                 | f"{label}Votes" >> beam.CombineGlobally(VotesFn()))
+        votes = votes_of(gate, elements, read, label)
     else:
         votes = pipeline | f"{label}NoVotes" >> beam.Create([[0, 0, 0, 0]])
     source_of = gate_noise(transform) if gate.private is not None else None
@@ -455,6 +451,16 @@ def decide(pipeline, gate: Gate, transform, elements, read_dead: list, all_dead:
             | f"{label}Verdict" >> beam.Map(check, beam.pvalue.AsSingleton(votes),
                                             beam.pvalue.AsSingleton(lines),
                                             beam.pvalue.AsSingleton(codes)))
+
+
+def votes_of(gate: Gate, elements, read, label: str = "Gate"):
+    """The units' vote counts by category (a singleton), from the transform's elements and the
+    reader's dead letters."""
+    return ((elements, read) | f"{label}Records" >> beam.Flatten()
+            | f"{label}UnitCounts" >> beam.ParDo(UnitVotesFn(gate))
+            | f"{label}PerUnit" >> beam.CombinePerKey(_add_counts)
+            | f"{label}Vote" >> beam.Map(_counted_vote)
+            | f"{label}Votes" >> beam.CombineGlobally(VotesFn()))
 
 
 class gate_noise:

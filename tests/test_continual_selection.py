@@ -293,12 +293,14 @@ def test_transforms_that_do_not_select_keys_require_them(make):
 
 
 @pytest.mark.parametrize("make,events_of", [
-    (lambda: ContinualSum(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5, allow_large_delta=True,
+    (lambda: ContinualSum(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5,
+                          allow_large_delta=True,
                           insecure=True, max_value=5.0, max_contributions=10,
                           release_id="ab" * 16),
      lambda rng: [((f"u{u}", "k" + str(u % 3), float(rng.uniform(0, 5))),
                    round(float(rng.uniform(0, 80)), 2)) for u in range(150)]),
-    (lambda: ContinualCountDistinct(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5, allow_large_delta=True,
+    (lambda: ContinualCountDistinct(steps=STEPS, epsilon=1.0, selection_delta=1e-2, seed=5,
+                                    allow_large_delta=True,
                                     insecure=True, max_flips=4, release_id="ab" * 16),
      lambda rng: [(("+", f"item{i}", "s" + str(i % 2)), round(float(rng.uniform(0, 80)), 2))
                   for i in range(120)]),

@@ -49,8 +49,9 @@ def execute(tmp_path, transform, epoch, execution, token="t"):
     """One execution of `epoch` publishing its steps from epoch's first: each step claimed,
     checkpointed, then its files (as `StepFilesFn` does)."""
     _, _, folder = release(tmp_path)
-    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",), step_files.StepCheckpoint(
-        transform.config, folder, epoch[0], None, None, execution, epoch[1]))
+    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",),
+                                step_files.StepCheckpoint(transform.config, folder, epoch[0],
+                                                          None, None, execution, epoch[1]))
     for step in range(epoch[0], HORIZON):
         fn._checkpoint(step, rows_of(step), states_of(step), token)
         step_files.publish_step(str(tmp_path / "steps"), step, rows_of(step), ("jsonl",))
@@ -101,8 +102,9 @@ def test_a_kill_between_a_steps_claim_and_its_checkpoint_is_taken_over(tmp_path)
     """The campaign's wedge: step 2 claimed by the launch, which died before checkpointing it;
     the continuation from 2 takes the claim over and publishes steps 2-4."""
     transform, job, folder = release(tmp_path)
-    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",), step_files.StepCheckpoint(
-        transform.config, folder, 0, None, None, "launch", 0))
+    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",),
+                                step_files.StepCheckpoint(transform.config, folder, 0, None,
+                                                          None, "launch", 0))
     for step in (0, 1):
         fn._checkpoint(step, rows_of(step), states_of(step), "t0")
         step_files.publish_step(str(tmp_path / "steps"), step, rows_of(step), ("jsonl",))
@@ -152,8 +154,9 @@ def test_a_continuation_after_a_checkpointed_step_is_refused_and_a_concurrent_on
     assert stream.Continuation(job, transform).complete
     other = tmp_path / "other"
     transform, job, folder = release(other)
-    fn = step_files.StepFilesFn(str(other / "steps"), KEYS, ("jsonl",), step_files.StepCheckpoint(
-        transform.config, folder, 0, None, None, "launch", 0))
+    fn = step_files.StepFilesFn(str(other / "steps"), KEYS, ("jsonl",),
+                                step_files.StepCheckpoint(transform.config, folder, 0, None,
+                                                          None, "launch", 0))
     fn._checkpoint(0, rows_of(0), states_of(0), "t")
     one, two = stream.Continuation(job, transform), stream.Continuation(job, transform)
     claim_one, claim_two = one.claim(transform), two.claim(transform)  # both attempt 1
@@ -176,8 +179,9 @@ def test_a_damaged_claim_is_refused_in_one_line_naming_it(tmp_path):
     path = ck.join(folder, "step-00000000.claim")
     with open(path, "w") as handle:
         handle.write('{"token": ')
-    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",), step_files.StepCheckpoint(
-        transform.config, folder, 0, None, None, "launch", 0))
+    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",),
+                                step_files.StepCheckpoint(transform.config, folder, 0, None,
+                                                          None, "launch", 0))
     with pytest.raises(ValidationError) as refused:
         fn._checkpoint(0, rows_of(0), states_of(0), "t")
     assert path in str(refused.value) and "\n" not in str(refused.value)

@@ -355,7 +355,8 @@ class ContinualBase(beam.PTransform):
         except NoiseTooLarge as error:
             if self.part_of is not None:
                 raise  # the composed release restates it in its own budget
-            refuse_noise(self.budget, error, grid=getattr(self, "value_resolution", None) is not None)
+            refuse_noise(self._whole_budget, error,  # (the gate takes a fixed share)
+                         grid=getattr(self, "value_resolution", None) is not None)
         self._check_state_budget(name, resolved)
         key_privacy = calibration.key_privacy
         self.calibration = calibration

@@ -152,7 +152,7 @@ class ContinualMean(ContinualBase):
                     release_id=self._given_release_id, **part_kwargs(budgets[part]),
                     **self._forwarded)
             except NoiseTooLarge as error:  # in the mean's budget (a part's is a share)
-                refuse_noise(self.budget, error, f"the {part} part's ",
+                refuse_noise(self._whole_budget, error, f"the {part} part's ",
                              grid=self.value_resolution is not None)
         sum_part = self.parts[SUM]
         self.descriptor = {

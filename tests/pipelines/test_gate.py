@@ -433,3 +433,51 @@ def test_a_long_bad_json_line_counts_the_records_run_together_in_it():
     weights = [list(ParseJson().process(line))[0].value.get("weight", 1)
                for line in (one, three)]
     assert weights == [1, 3]
+
+
+def _score_of(tmp_path, name, lines):
+    """The gate's exact score of a JSON-lines input, through the real reader and votes."""
+    import apache_beam as beam
+    from pipelines import config as job_config
+    from pipelines import io
+    data = tmp_path / f"{name}.jsonl"
+    data.write_bytes(b"".join(lines))
+    job = job_config.load(str(_job(tmp_path, f"{name}.yaml", input__path=str(data))))
+    rule = dataclasses.replace(_rule(), transform="count", shape=("unit", "key"),
+                               public_keys=frozenset(job.public_keys),
+                               origin=job.steps.origin, size=job.steps.size_seconds,
+                               horizon=job.steps.horizon)
+    out = tmp_path / f"{name}.score"
+    with beam.Pipeline(runner="FnApiRunner") as pipeline:
+        elements, dead = io.read_elements(pipeline, job)
+        read = dead | "Dead" >> beam.Flatten()
+        votes = gate.votes_of(rule, elements, read)
+        lines_ = read | beam.CombineGlobally(gate.LinesFn())
+        _ = votes | beam.Map(lambda v, l: out.write_text(json.dumps(
+            rule.score(v) + rule.scores()[1] * l[0])), beam.pvalue.AsSingleton(lines_))
+    return int(out.read_text())
+
+
+def test_one_persons_records_move_the_score_by_at_most_one_units_influence(tmp_path):
+    """The issue's attacks through the real reader: 99 users' events and 100 malformed lines,
+    with and without the victim's one event, the victim's own malformed lines (attributable:
+    one vote), and one garbage line of 70 KB (one record, not a veto)."""
+    rows = _demo_rows()
+    users = sorted({row["user"] for row in rows})[:99]
+    base = [json.dumps(row).encode() + b"\n" for row in rows if row["user"] in users]
+    garbage = [b"not json %d\n" % i for i in range(100)]
+    victim = dict(rows[0], user="victim")
+    score = {
+        "without": _score_of(tmp_path, "without", base + garbage),
+        "with": _score_of(tmp_path, "with",
+                          base + garbage + [json.dumps(victim).encode() + b"\n"]),
+        "victim_bad": _score_of(tmp_path, "bad", base + garbage + [
+            json.dumps(dict(victim, ts="not a time")).encode() + b"\n"] * 5),
+        "long_line": _score_of(tmp_path, "long", base + garbage + [
+            b'{"user": "victim", "note": "' + b"x" * 70_000 + b"\n"]),
+    }
+    influence = _rule().scores()[2]
+    assert score["with"] == score["without"] - 1          # one used vote
+    assert score["victim_bad"] == score["without"] + 1    # five bad lines: one unit, one vote
+    assert score["long_line"] == score["without"] + 1     # one record's weight, exactly
+    assert all(abs(s - score["without"]) <= influence for s in score.values())
