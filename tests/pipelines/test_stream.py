@@ -178,13 +178,8 @@ def _wait_for(path, deadline: float) -> bool:
     return False
 
 
-def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path):
-    """Events in steps 0-1; the job is killed (SIGKILL) once step 1 is published; `--continue`
-    resumes the release from its checkpoint: steps 0 and 1 are not rewritten (bytes unchanged),
-    the steps after continue the same release, and all steps equal one batch run of all the
-    events with the same seed. Without --continue a relaunch is refused; a finished release
-    has nothing to continue."""
-    horizon = 12
+def _live_job(emulator, tmp_path, horizon):
+    """(subscription, origin, config) of a live job of `horizon` steps starting in 7 s."""
     subscription = emulator.subscription("events", "job")
     origin = float(int(time.time()) + 7)
     config = write_config(tmp_path, "live", origin, {
@@ -193,6 +188,17 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
     raw = yaml.safe_load(open(config))
     raw["steps"]["horizon"] = horizon
     open(config, "w").write(yaml.safe_dump(raw))
+    return subscription, origin, config
+
+
+def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path):
+    """Events in steps 0-1; the job is killed (SIGKILL) once step 1 is published; `--continue`
+    resumes the release from its checkpoint: steps 0 and 1 are not rewritten (bytes unchanged),
+    the steps after continue the same release, and all steps equal one batch run of all the
+    events with the same seed. Without --continue a relaunch is refused; a finished release
+    has nothing to continue."""
+    horizon = 12
+    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
     steps = tmp_path / "live" / "active-users-live" / "steps"
     launch = [sys.executable, "-m", "pipelines.run", "--config", config]
     first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -307,14 +313,7 @@ def test_a_kill_at_a_file_of_a_steps_commit_never_wedges_the_release(emulator, t
     first public file; polled from outside); `--continue` (at most twice) publishes every
     remaining step once, one record per public key, with no traceback."""
     horizon = 8
-    subscription = emulator.subscription("events", "job")
-    origin = float(int(time.time()) + 7)
-    config = write_config(tmp_path, "live", origin, {
-        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
-        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
-    raw = yaml.safe_load(open(config))
-    raw["steps"]["horizon"] = horizon
-    open(config, "w").write(yaml.safe_dump(raw))
+    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
     public = tmp_path / "live" / "active-users-live"
     watched = {"checkpoint": tmp_path / "live" / "active-users-live-operator" / "checkpoint",
                "steps": public / "steps"}
@@ -355,18 +354,6 @@ def test_a_kill_at_a_file_of_a_steps_commit_never_wedges_the_release(emulator, t
     for step in range(horizon):
         rows = [json.loads(line) for line in open(public / "steps" / f"step-{step:08d}.jsonl")]
         assert sorted(r["key"] for r in rows) == sorted(KEYS), step
-
-
-def _live_job(emulator, tmp_path, horizon):
-    subscription = emulator.subscription("events", "job")
-    origin = float(int(time.time()) + 7)
-    config = write_config(tmp_path, "live", origin, {
-        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
-        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
-    raw = yaml.safe_load(open(config))
-    raw["steps"]["horizon"] = horizon
-    open(config, "w").write(yaml.safe_dump(raw))
-    return subscription, origin, config
 
 
 @pytest.mark.slow
