@@ -10,7 +10,10 @@ subscription missing for a moment (an emulator or a service restart) or a deadli
 - a pull that fails with a transient error (`TRANSIENT`: not found, unavailable, deadline
   exceeded, internal, aborted, resource exhausted) is retried with backoff (0.5 s doubling to
   10 s) for up to `retry_seconds`; then the job fails with one line saying `--continue` resumes
-  it. A failed pull acknowledged nothing, so a retried one loses nothing.
+  it. A failed pull acknowledged nothing, so a retried one loses nothing;
+- with `record(receipts)` (a checkpointed release), every pull's messages are written down
+  before they are acknowledged (Beam acknowledges as it pulls): a job killed at any point
+  loses no message it read; its continuation replays what it read and did not release.
 
 Dataflow reads Pub/Sub with its own service-side reader; none of this applies there.
 """
@@ -69,6 +72,34 @@ def subscriber_client():
     return pubsub.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
+# where each pull's messages are recorded before they are acknowledged (`record`), or None
+RECEIPTS = [None]
+
+
+def record(receipts) -> None:
+    """Records every pulled message with `receipts(messages)` (a `stream.ReceiptLog`) before
+    the pull is acknowledged: a job killed after its pull loses nothing (its continuation
+    replays what was recorded and not released); None stops recording."""
+    RECEIPTS[0] = receipts
+
+
+def read_recorded(evaluator, retry_seconds: float):
+    """Beam's local pull (`_read_from_pubsub` without a timestamp attribute: each message at
+    its publish time), its messages recorded before their acknowledgement."""
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    from apache_beam.utils.timestamp import Timestamp
+    client = evaluator._get_subscriber_client(evaluator._applied_ptransform)
+    response = retried(lambda: client.pull(subscription=evaluator._sub_name, max_messages=10,
+                                           timeout=30), retry_seconds)
+    messages = [PubsubMessage._from_message(rm.message) for rm in response.received_messages]
+    if messages:
+        RECEIPTS[0](messages)
+        ack_ids = [rm.ack_id for rm in response.received_messages]
+        retried(lambda: client.acknowledge(subscription=evaluator._sub_name, ack_ids=ack_ids),
+                retry_seconds)
+    return [(Timestamp.from_utc_datetime(m.publish_time), m) for m in messages]
+
+
 def install(retry_seconds: float = RETRY_SECONDS) -> None:
     """Hardens the local runner's Pub/Sub reader in this process (idempotent)."""
     from apache_beam.runners.direct import transform_evaluator as te
@@ -87,7 +118,9 @@ def install(retry_seconds: float = RETRY_SECONDS) -> None:
         return state
 
     def read_from_pubsub(self, timestamp_attribute):
-        return retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
+        if timestamp_attribute is not None or RECEIPTS[0] is None:
+            return retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
+        return read_recorded(self, retry_seconds)
 
     evaluator._dp_original_read = original_read
     evaluator._get_subscriber_client_state_unlocked = classmethod(client_state)

@@ -297,6 +297,8 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
             from pipelines import local_pubsub
             local_pubsub.install()
+            local_pubsub.record(None if checkpoint is None else stream.ReceiptLog(
+                checkpoint, transform.config, transform.execution))
         result = pipeline.run()
         where = (f"release {transform.release_id}: "
                  + (f"continued from step {continuation.first} (its checkpoint verified); "

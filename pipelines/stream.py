@@ -91,7 +91,8 @@ class ParseMessage(beam.DoFn):
     another time is a dead letter (the attribute is parsed here, not by the reader, where a
     bad one would fail the read of the messages around it)."""
 
-    def __init__(self, job: job_config.JobConfig):
+    def __init__(self, job: job_config.JobConfig, skip_ids=frozenset()):
+        self.skip_ids = frozenset(skip_ids)  # redelivered messages a continuation replays
         self.attribute = job.input.timestamp_attribute
         self.field = job.input.fields["timestamp"]
         self.timestamp_format = job.input.timestamp_format
@@ -101,6 +102,8 @@ class ParseMessage(beam.DoFn):
         self.parse = io.ParseJson()
 
     def process(self, message):
+        if self.skip_ids and getattr(message, "message_id", None) in self.skip_ids:
+            return  # recorded by an earlier execution: replayed once, from its record
         attributes = dict(message.attributes or {})
         if HEARTBEAT in attributes:
             if not message.data:
@@ -132,20 +135,35 @@ class ParseMessage(beam.DoFn):
             yield row
 
 
-def read_elements(pipeline, job: job_config.JobConfig, remote: bool):
+def read_elements(pipeline, job: job_config.JobConfig, remote: bool,
+                  continuation: "Continuation" = None):
     """-> (elements with event times, [dead-letter PCollections]) from the subscription. The
     reader stamps messages with their publish time (the watermark follows it); each element's
-    event time is its record's timestamp field, as in a file."""
+    event time is its record's timestamp field, as in a file. A continuation also replays
+    what earlier executions recorded (`ReceiptLog`): the events of its steps (earlier ones were
+    published or dead-lettered by the execution that read them), and skips those messages if
+    Pub/Sub delivers them again."""
     source = job.input
     messages = pipeline | "ReadFromPubSub" >> beam.io.ReadFromPubSub(
         subscription=source.subscription, with_attributes=True,
         # the local runner refuses id_label; Dataflow deduplicates redelivered messages by it
         id_label=source.id_attribute if remote else None)
-    rows = messages | "ParseMessages" >> beam.ParDo(ParseMessage(job)).with_outputs(
-        DEAD_LETTER, main="rows")
+    replayed = list(continuation.replayed) if continuation is not None else []
+    rows = messages | "ParseMessages" >> beam.ParDo(ParseMessage(
+        job, {m.message_id for m in replayed})).with_outputs(DEAD_LETTER, main="rows")
     elements = rows.rows | "ToElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
-    return elements.elements, [rows[DEAD_LETTER], elements[DEAD_LETTER]]
+    if not replayed:
+        return elements.elements, [rows[DEAD_LETTER], elements[DEAD_LETTER]]
+    steps, first = job.steps.time_steps(), continuation.first
+    again = (pipeline | "Recorded" >> beam.Create(replayed, reshuffle=False)
+             | "ParseRecorded" >> beam.ParDo(ParseMessage(job)).with_outputs(DEAD_LETTER,
+                                                                            main="rows"))
+    recorded = again.rows | "RecordedElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
+        DEAD_LETTER, main="elements")
+    unreleased = recorded.elements | "OfStepsLeft" >> beam.ParDo(_FromStep(steps, first))
+    return ((elements.elements, unreleased) | "WithRecorded" >> beam.Flatten(),
+            [rows[DEAD_LETTER], elements[DEAD_LETTER]])
 
 
 class WriteBundleFiles(beam.DoFn):
@@ -184,6 +202,65 @@ class StepStatus(beam.DoFn):
         yield status
 
 
+class _FromStep(beam.DoFn):
+    """Elements whose event time is in a step from `first` on."""
+
+    def __init__(self, steps, first: int):
+        self.steps, self.first = steps, first
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        step = self.steps.step_of(timestamp.micros / 1e6)
+        if step is not None and step >= self.first:
+            yield beam.window.TimestampedValue(element, timestamp)
+
+
+class ReceiptLog:
+    """What an execution of a checkpointed release read from Pub/Sub, recorded before each pull
+    is acknowledged (`local_pubsub.record`): `<checkpoint>/received/<execution>/<random>.jsonl`,
+    one MAC'd file per pull (operator-only: the messages are the data). A continuation replays
+    the recorded events of the steps not yet published (`Continuation.replayed`)."""
+
+    def __init__(self, folder: str, config, execution: str):
+        self.folder, self.config, self.execution = folder, config, execution
+
+    def __call__(self, messages) -> None:
+        import base64
+        from transforms import stream_checkpoint as ck
+        lines = [json.dumps({"id": m.message_id, "data": base64.b64encode(m.data).decode(
+            "ascii"), "attributes": dict(m.attributes or {}),
+            "published": m.publish_time.isoformat() if m.publish_time else None},
+            sort_keys=True) for m in messages]
+        name = f"received-{uuid.uuid4().hex}.jsonl"
+        folder = ck.join(self.folder, "received", self.execution)
+        if "://" not in folder:
+            os.makedirs(folder, exist_ok=True)
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        create_if_absent(ck.join(folder, name), ck.sealed(self.config, name, data))
+
+
+def received_messages(config, folder: str) -> list:
+    """Every message the release's executions recorded (`ReceiptLog`), each file's MAC
+    verified (a damaged one is refused naming it), once per message id."""
+    import base64
+    import datetime
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    from transforms import stream_checkpoint as ck
+    seen, out = set(), []
+    for path in ck._listing(ck.join(folder, "received", "*", "received-*.jsonl")):
+        body = ck.unsealed(config, path.rsplit("/", 1)[-1], ck._read(path))
+        for line in body.decode("utf-8").splitlines():
+            item = json.loads(line)
+            if item["id"] in seen:
+                continue
+            seen.add(item["id"])
+            published = item.get("published")
+            out.append(PubsubMessage(base64.b64decode(item["data"]), item["attributes"],
+                                     message_id=item["id"], publish_time=(
+                                         datetime.datetime.fromisoformat(published)
+                                         if published else None)))
+    return out
+
+
 def checkpoint_folder(job: job_config.JobConfig) -> str:
     """Operator-only (the keys' mechanism states and the units' truncation states)."""
     return f"{job.operator_path.rstrip('/')}/checkpoint"
@@ -205,6 +282,9 @@ class Continuation:
         last, self.units, self.keys, self.records = ck.verified_resume(
             transform.config, self.folder, job.public_keys)
         self.first = last + 1
+        # what earlier executions read (recorded before Beam acknowledged it): replayed, its
+        # events of the steps from `first` on (the ones no step published yet) counted again
+        self.replayed = received_messages(transform.config, self.folder)
         # every step checkpointed: nothing to release (`republish` restores missing files)
         self.complete = self.first >= job.steps.horizon
         self.republished = []
@@ -271,7 +351,7 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
                     list(continuation.units.items()), reshuffle=False),
                 key_states=pipeline | "KeyStates" >> beam.Create(
                     list(continuation.keys.items()), reshuffle=False))
-    elements, dead = read_elements(pipeline, job, remote)
+    elements, dead = read_elements(pipeline, job, remote, continuation)
     transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
     step_checkpoint = None if transform.checkpoint is None else StepCheckpoint(

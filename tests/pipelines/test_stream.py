@@ -426,3 +426,54 @@ def test_a_continuation_started_long_after_the_horizon_publishes_every_step(emul
                                 text=True, timeout=120)
     assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr[-3000:]
     assert len(glob.glob(str(steps / "step-*.json"))) == horizon, second.stdout
+
+
+@pytest.mark.slow
+def test_events_a_killed_job_read_are_released_by_its_continuation(emulator, tmp_path):
+    """Killed as step 1 is published (it has read, and Beam has acknowledged, events of the
+    steps after it); `--continue` replays what the job recorded before each acknowledgement:
+    every step equals one batch run of every event sent, bit for bit (before the record, the
+    events read after the last checkpoint were lost)."""
+    horizon = 6
+    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
+    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
+    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    steps = tmp_path / "live" / "active-users-live" / "steps"
+    sent, i = [], 0
+
+    def publish(stop):
+        nonlocal i
+        while not stop():
+            now = time.time()
+            if 0 <= (now - origin) // SIZE < horizon:
+                row = {"user": f"u{i % 7}", "region": KEYS[i % 3], "t": now}
+                emulator.publish("events", row, ms=int(now * 1000))
+                sent.append(row)
+            i += 1
+            time.sleep(0.12)
+
+    with Heartbeats(emulator, "events", every=0.3):
+        publish(lambda: (steps / "step-00000001.json").exists()
+                or time.time() > origin + 8 * SIZE)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        second = subprocess.Popen(launch + ["--continue"], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        publish(lambda: time.time() > origin + SIZE * horizon)
+        out, err = second.communicate(timeout=90)
+    assert second.returncode == 0, err[-3000:]
+    live = [json.loads(line) for s in range(horizon)
+            for line in open(steps / f"step-{s:08d}.jsonl")]
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
+    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
+        "max_dead_letter_fraction": 1.0})
+    raw = yaml.safe_load(open(batch_config))
+    raw["steps"]["horizon"] = horizon
+    open(batch_config, "w").write(yaml.safe_dump(raw))
+    assert job_run.main(["--config", batch_config]) == 0
+    batch = [json.loads(line) for path in glob.glob(
+        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
