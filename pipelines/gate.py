@@ -237,11 +237,10 @@ class Gate:
             return None
         budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
         return (
-            f"{REFUSAL} (at most input.max_dead_letter_fraction = {self.limit:g} of its units "
-            f"malformed or of keys not in public_keys, by the input gate's noisy "
-            f"count); got a noisy excess {score + noise} over the threshold {tau}. Nothing was "
-            f"published; the gate spent {budget} of the release's budget. Fix the input or the "
-            f"config and run again.{_reasons(codes)}")
+            f"{REFUSAL} (units malformed or off public_keys at most "
+            f"max_dead_letter_fraction {self.limit:g}, by a noisy count); got a noisy excess "
+            f"{score + noise} over {tau}. Nothing was published; the gate spent {budget}."
+            f"{_reasons(codes)}")
 
 
 def noise_threshold(sampler: DiscreteSampler, beta: float) -> int:
