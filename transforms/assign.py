@@ -59,6 +59,9 @@ class AssignStepsFn(PerUnitPacks, beam.DoFn):
                  diagnostics: bool = False, packed: bool = False):
         self.problem, self.steps, self.window = problem, steps, window
         self.diagnostics, self.packed = diagnostics, packed
+        # unbounded input (a continued streaming release): an event of a step published before
+        # the window is late, a dead letter naming the step; bounded: history, skipped
+        self.late_before_window = False
 
     def start_bundle(self):
         self._released = self._assigned = 0  # counted here, one Metrics.inc per bundle
@@ -94,9 +97,13 @@ class AssignStepsFn(PerUnitPacks, beam.DoFn):
                 "outside_horizon", f"event time {self.steps.iso(seconds)} is outside the horizon "
                                    f"[{self.steps.iso(self.steps.origin)}, "
                                    f"{self.steps.iso(self.steps.stop)})"))
-        if step < self.window.first:  # released by an earlier run: skipped (the source
-            self._released += 1       # holds history), not a dead letter each
-            return None
+        if step < self.window.first:
+            if self.late_before_window:  # arrived while the stopped job was down
+                return dead_letter(element, Reason(
+                    "late", f"late: step {step} was already released (before this "
+                            f"continuation's first step {self.window.first})"))
+            self._released += 1  # released by an earlier run: skipped (the source holds
+            return None          # history), not a dead letter each
         if step >= self.window.stop:
             return None  # left for a later run, which reads it again (not lost)
         parsed, reason = self.problem.parse(element)

@@ -56,6 +56,7 @@ class AssignSteps(beam.PTransform):
         else:
             fn = AssignStepsFn(self.problem, self.steps, self.window, self.diagnostics,
                                 self.packed)
+            fn.late_before_window = not events.is_bounded
         out = events | "Assign" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, main="events")
         return StageOutput(out.events, out[DEAD_LETTER])
 
