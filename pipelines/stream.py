@@ -322,8 +322,11 @@ class Continuation:
         between a step's checkpoint and its files: the same bytes, from the checkpoint's
         records); -> those steps."""
         from apache_beam.io.filesystems import FileSystems
+        from pipelines.storage import remove_stale_temps
         from transforms import stream_checkpoint as ck
         folder, done = steps_folder(job.public_path), []
+        for stopped in (folder, self.folder):  # what a killed job left half-written
+            remove_stale_temps(stopped)
         for step in range(self.first):
             if not FileSystems.exists(step_name(folder, step, ".json")):
                 records = ck.read_key_checkpoint(transform.config, self.folder, step)["records"]
