@@ -178,6 +178,22 @@ def _wait_for(path, deadline: float) -> bool:
     return False
 
 
+def batch_records(tmp_path, origin, sent, horizon):
+    """The records of one batch run of the live job's config over the events `sent` (the same
+    seed; no input gate: a streaming job has none)."""
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
+    batch_config = write_config(tmp_path, "batch", origin, {
+        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
+        "max_dead_letter_fraction": 1.0})
+    raw = yaml.safe_load(open(batch_config))
+    raw["steps"]["horizon"] = horizon
+    open(batch_config, "w").write(yaml.safe_dump(raw))
+    assert job_run.main(["--config", batch_config]) == 0
+    return [json.loads(line) for path in glob.glob(
+        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+
+
 def _live_job(emulator, tmp_path, horizon):
     """(subscription, origin, config) of a live job of `horizon` steps starting in 7 s."""
     subscription = emulator.subscription("events", "job")
@@ -241,17 +257,7 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
         assert (steps / name).read_bytes() == data, name  # not rewritten
     live = [json.loads(line) for s in range(horizon)
             for line in open(steps / f"step-{s:08d}.jsonl")]
-    data = tmp_path / "events.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
-        "max_dead_letter_fraction": 1.0})
-    raw = yaml.safe_load(open(batch_config))
-    raw["steps"]["horizon"] = horizon
-    open(batch_config, "w").write(yaml.safe_dump(raw))
-    assert job_run.main(["--config", batch_config]) == 0
-    batch = [json.loads(line) for path in glob.glob(
-        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    batch = batch_records(tmp_path, origin, sent, horizon)
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # one release
     again = subprocess.run(launch + ["--continue"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 2 and "published all 12" in again.stderr, again.stderr
@@ -465,15 +471,5 @@ def test_events_a_killed_job_read_are_released_by_its_continuation(emulator, tmp
     assert second.returncode == 0, err[-3000:]
     live = [json.loads(line) for s in range(horizon)
             for line in open(steps / f"step-{s:08d}.jsonl")]
-    data = tmp_path / "events.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
-        "max_dead_letter_fraction": 1.0})
-    raw = yaml.safe_load(open(batch_config))
-    raw["steps"]["horizon"] = horizon
-    open(batch_config, "w").write(yaml.safe_dump(raw))
-    assert job_run.main(["--config", batch_config]) == 0
-    batch = [json.loads(line) for path in glob.glob(
-        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    batch = batch_records(tmp_path, origin, sent, horizon)
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
