@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from transforms import registry
+from transforms.accountant import MAX_GATE_SHARE
 from transforms.secret import SecretRef, check_gcp_secret
 from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
@@ -35,8 +36,9 @@ MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 SELECTING = ("count", "sum", "count_distinct")  # transforms that may select their keys
 DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
-MAX_GATE_SHARE = 0.5
-GATED = ("count", "sum", "mean", "count_distinct", "degree_count", "triangle_count")  # a unit
+# the transforms whose records name their unit: the ones with a private input gate (the keys of
+# `pipelines.gate.UNIT_ROLES`, kept equal by tests/pipelines/test_gate.py; Beam-free here)
+GATED = ("count", "sum", "mean", "count_distinct", "degree_count", "triangle_count")
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
 DEMO_PREFIX = "demo:"

@@ -54,14 +54,13 @@ from transforms.arrow_input import EventBatch, python_cells
 from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE,
                                             DiscreteSampler)
 from transforms.release import descriptor_digest
-from transforms.streams.records import CODES, INPUT_CODES
+from transforms.streams.records import INPUT_CODES, validate_event, validate_update
 from transforms.validation import ValidationError
 
 EXAMPLE_CHARS = 160
 USED, OFF_KEY, OUTSIDE, MALFORMED = range(4)
 CATEGORIES = ("used", "off_key", "outside", "malformed")
 BETA = 1e-3  # the most often an input with at most f of it unusable is refused
-DEFAULT_SHARE = 0.02
 GATE_STREAM = b"dp-continual-release/input-gate"  # its own stream of the release's noise seam
 FRACTION_DENOMINATOR = 1000
 
@@ -80,11 +79,6 @@ def rule_of(job) -> dict:
     share and budget): the fraction, the false-refusal bound and how outside votes count."""
     return {"max_dead_letter_fraction": job.input.max_dead_letter_fraction, "beta": BETA,
             "outside_horizon": "neutral"}
-
-
-def gated_transforms() -> tuple:
-    """The transforms whose records name their unit: the ones with a private gate."""
-    return tuple(UNIT_ROLES)
 
 
 def unit_of(transform: str, values: dict) -> Optional[str]:
@@ -111,7 +105,6 @@ def _element_values(shape, element) -> dict:
 def _well_formed(transform: str, values: dict) -> bool:
     """Whether the transform takes the element (its own rule, `streams.records`: ops, ids,
     edges, values); an element it dead-letters votes malformed."""
-    from transforms.streams.records import validate_event, validate_update
     if transform in ("count", "sum", "mean"):
         with_value = transform != "count"
         record = (0, values.get("unit"), values.get("key")) + (
@@ -241,6 +234,31 @@ class Gate:
             f"max_dead_letter_fraction {self.limit:g}, by a noisy count); got a noisy excess "
             f"{score + noise} over {tau}. Nothing was published; the gate spent {budget}."
             f"{_reasons(codes)}")
+
+
+def plan_of(job, transform):
+    """The job's input gate (`pipelines.gate`): its share and budget, the threshold of its
+    noisy score and the noise's standard deviation, or None when the job has none."""
+    entry = getattr(transform, "gate", None)
+    if entry is None:
+        return None
+    rule = dataclasses.replace(Gate.of(job, transform), private=entry)  # (planned: no noise)
+    sampler = rule.sampler()
+    return {"share": entry["share"], "budget": entry["budget"],
+            "threshold": rule.threshold(), "stddev": math.sqrt(sampler.variance),
+            "false_refusal": BETA, "max_dead_letter_fraction": rule.limit}
+
+
+def plan_text(gate) -> str:
+    if gate is None:
+        return ("input gate: none (input.max_dead_letter_fraction 1, streaming input or a "
+                "declared release): the whole budget is the release's")
+    budget = ", ".join(f"{k} {v:g}" for k, v in gate["budget"].items())
+    return (f"input gate: privacy.gate_share {gate['share']:g} ({budget}) of the budget; a run "
+            f"is refused when its noisy score (units mostly malformed or off public_keys, "
+            f"beyond input.max_dead_letter_fraction {gate['max_dead_letter_fraction']:g}) "
+            f"passes {gate['threshold']} (noise sd {gate['stddev']:.1f}; an input within the "
+            f"fraction is refused with probability <= {gate['false_refusal']:g})")
 
 
 def noise_threshold(sampler: DiscreteSampler, beta: float) -> int:

@@ -614,6 +614,7 @@ def runs_row(plan: StreamPlan, name: str, params: dict, chosen: str, release=Non
 def plan_config(args) -> dict:
     """--config: each stream the job releases, planned with its `plan_arguments`, and the
     row of the mechanism the job runs (`runs`, in value units: MaxSE is the job's)."""
+    from pipelines import gate as input_gate
     given = [name for name in CONFIG_SETS if getattr(args, name) not in (None, False)]
     if given:
         raise _UsageError("`config` must be given without " + ", ".join(
@@ -647,33 +648,7 @@ def plan_config(args) -> dict:
     return {"config": args.config, "job": job.job, "transform": job.transform,
             "mechanism": job.mechanism.name if chosen == "auto" else
             {"name": job.mechanism.name, "params": job.mechanism.params},
-            "streams": streams, "gate": gate_plan(job, transform)}
-
-
-def gate_plan(job, transform):
-    """The job's input gate (`pipelines.gate`): its share and budget, the threshold of its
-    noisy score and the noise's standard deviation, or None when the job has none."""
-    entry = getattr(transform, "gate", None)
-    if entry is None:
-        return None
-    from pipelines.gate import BETA, Gate
-    rule = dataclasses.replace(Gate.of(job, transform), private=entry)  # (planned: no noise)
-    sampler = rule.sampler()
-    return {"share": entry["share"], "budget": entry["budget"],
-            "threshold": rule.threshold(), "stddev": math.sqrt(sampler.variance),
-            "false_refusal": BETA, "max_dead_letter_fraction": job.input.max_dead_letter_fraction}
-
-
-def gate_text(gate) -> str:
-    if gate is None:
-        return ("input gate: none (input.max_dead_letter_fraction 1, streaming input or a "
-                "declared release): the whole budget is the release's")
-    budget = ", ".join(f"{k} {v:g}" for k, v in gate["budget"].items())
-    return (f"input gate: privacy.gate_share {gate['share']:g} ({budget}) of the budget; a run "
-            f"is refused when its noisy score (units mostly malformed or off public_keys, "
-            f"beyond input.max_dead_letter_fraction {gate['max_dead_letter_fraction']:g}) "
-            f"passes {gate['threshold']} (noise sd {gate['stddev']:.1f}; an input within the "
-            f"fraction is refused with probability <= {gate['false_refusal']:g})")
+            "streams": streams, "gate": input_gate.plan_of(job, transform)}
 
 
 def config_json(planned: dict) -> dict:
@@ -695,12 +670,13 @@ def _runs_text(runs: dict, scale_note: str) -> str:
 
 
 def config_text(planned: dict) -> str:
+    from pipelines import gate as input_gate
     mechanism = planned["mechanism"]
     configured = mechanism if mechanism == "auto" else (
         mechanism["name"] + (f" {json.dumps(mechanism['params'], sort_keys=True)}"
                              if mechanism["params"] else ""))
     out = [f"job {planned['job']} ({planned['config']}): {planned['transform']}, mechanism "
-           f"{configured}", gate_text(planned.get("gate"))]
+           f"{configured}", input_gate.plan_text(planned.get("gate"))]
     for stream in planned["streams"]:
         plan, runs = stream["plan"], stream["runs"]
         label = f"{stream['label']}: " if stream["label"] else ""

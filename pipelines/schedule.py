@@ -503,8 +503,8 @@ def note_refusal(state_dir: str, line: str) -> None:
     try:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
         path = join(state_dir, REFUSALS, f"{stamp}-{uuid.uuid4().hex[:8]}.json")
-        FileSystems.mkdirs(join(state_dir, REFUSALS)) if not FileSystems.exists(
-            join(state_dir, REFUSALS)) else None
+        if not FileSystems.exists(join(state_dir, REFUSALS)):
+            FileSystems.mkdirs(join(state_dir, REFUSALS))
         with FileSystems.create(path) as handle:
             handle.write(json.dumps({"refusal": line}, sort_keys=True).encode("utf-8"))
     except Exception:  # noqa: BLE001 (the refusal itself is what the operator must see)

@@ -246,8 +246,7 @@ def received_messages(config, folder: str) -> list:
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from transforms import stream_checkpoint as ck
     seen, out = set(), []
-    for path in ck._listing(ck.join(folder, "received", "*", "received-*.jsonl")):
-        body = ck.unsealed(config, path.rsplit("/", 1)[-1], ck._read(path))
+    for _, body in ck.sealed_bodies(config, folder, "received/*/received-*.jsonl"):
         for line in body.decode("utf-8").splitlines():
             item = json.loads(line)
             if item["id"] in seen:

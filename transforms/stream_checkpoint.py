@@ -125,6 +125,13 @@ def _listing(pattern: str) -> List[str]:
         return []
 
 
+def sealed_bodies(config, folder: str, pattern: str):
+    """(path, content) of every `sealed` file under `folder` matching `pattern`, each MAC
+    verified (a damaged one is refused naming it)."""
+    for path in _listing(join(folder, pattern)):
+        yield path, unsealed(config, path.rsplit("/", 1)[-1], _read(path))
+
+
 def key_checkpoint(config, step: int, records: list, key_states: list,
                    unit_logs: List[str], execution: str) -> bytes:
     """Step `step`'s checkpoint, MAC'd: its records, its keys' states, the unit log files

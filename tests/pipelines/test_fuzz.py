@@ -41,6 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines import config as job_config
+from pipelines import csv_input
 from pipelines import io as job_io
 from pipelines import run as job_run
 from transforms import registry
@@ -869,7 +870,7 @@ def check_csv_records(data):
         lines.insert(position + 1, line)
     physical = iter(_bytes_io.BytesIO(b"".join(lines)).readline, b"")
     good, dead = [], []
-    for out in job_io.csv_records(physical, ["a", "b", "c"]):
+    for out in csv_input.csv_records(physical, ["a", "b", "c"]):
         if isinstance(out, beam.pvalue.TaggedOutput):
             assert writable(out.value) and out.value["reason"].startswith("invalid CSV line: ")
             dead.append(out.value)

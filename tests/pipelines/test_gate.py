@@ -481,3 +481,8 @@ def test_one_persons_records_move_the_score_by_at_most_one_units_influence(tmp_p
     assert score["victim_bad"] == score["without"] + 1    # five bad lines: one unit, one vote
     assert score["long_line"] == score["without"] + 1     # one record's weight, exactly
     assert all(abs(s - score["without"]) <= influence for s in score.values())
+
+
+def test_the_config_gates_exactly_the_transforms_whose_records_name_their_unit():
+    from pipelines import config as job_config
+    assert set(job_config.GATED) == set(gate.UNIT_ROLES)
