@@ -194,6 +194,34 @@ def batch_records(tmp_path, origin, sent, horizon):
         str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
 
 
+class Publisher:
+    """Publishes an event every `every` seconds while `stop()` is false, in the steps
+    `steps_with_events` (step numbers from `origin`), recording each event sent."""
+
+    def __init__(self, emulator, origin: float, users: int = 5, every: float = 0.15):
+        self.emulator, self.origin, self.users, self.every = emulator, origin, users, every
+        self.sent, self.i = [], 0
+
+    def until(self, stop, steps_with_events):
+        while not stop():
+            now = time.time()
+            if int((now - self.origin) // SIZE) in steps_with_events:
+                row = {"user": f"u{self.i % self.users}", "region": KEYS[self.i % 3], "t": now}
+                self.emulator.publish("events", row, ms=int(now * 1000))
+                self.sent.append(row)
+            self.i += 1
+            time.sleep(self.every)
+
+
+def _launched(emulator, tmp_path, horizon):
+    """(origin, the launch command, the running job, its public steps folder) of a live job."""
+    _, origin, config = _live_job(emulator, tmp_path, horizon)
+    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
+    job = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    return origin, launch, job, tmp_path / "live" / "active-users-live" / "steps"
+
+
 def _live_job(emulator, tmp_path, horizon):
     """(subscription, origin, config) of a live job of `horizon` steps starting in 7 s."""
     subscription = emulator.subscription("events", "job")
@@ -219,18 +247,11 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
     launch = [sys.executable, "-m", "pipelines.run", "--config", config]
     first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
-    sent, i = [], 0
+    publisher = Publisher(emulator, origin)
+    sent = publisher.sent
 
     def publish_until(stop: float, steps_with_events):
-        nonlocal i
-        while time.time() < stop:
-            now = time.time()
-            if int((now - origin) // SIZE) in steps_with_events:
-                row = {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now}
-                emulator.publish("events", row, ms=int(now * 1000))
-                sent.append(row)
-            i += 1
-            time.sleep(0.15)
+        publisher.until(lambda: time.time() >= stop, steps_with_events)
 
     with Heartbeats(emulator, "events", every=0.3):
         publish_until(origin + 2 * SIZE, (0, 1))  # events in steps 0 and 1 only
@@ -347,7 +368,7 @@ def test_a_kill_at_a_file_of_a_steps_commit_never_wedges_the_release(emulator, t
         assert (watched[prefix] / name).exists(), first.communicate(timeout=5)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-        runs = 0
+        runs, err = 0, ""
         while len(glob.glob(str(public / "steps" / "step-*.json"))) < horizon:
             assert runs < 2, f"stuck after {runs} continuations: {err[-2000:]}"
             job = subprocess.Popen(launch + ["--continue"], cwd=ROOT, stdout=subprocess.PIPE,
@@ -412,19 +433,11 @@ def test_a_continuation_started_long_after_the_horizon_publishes_every_step(emul
     past the 2 steps + 30 s the driver used to wait from the horizon's end: the steps left are
     released as the heartbeats' watermark passes them, exit 0."""
     horizon = 6
-    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
-    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
-    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
-    steps = tmp_path / "live" / "active-users-live" / "steps"
+    origin, launch, first, steps = _launched(emulator, tmp_path, horizon)
     with Heartbeats(emulator, "events", every=0.3):
-        i = 0
-        while not (steps / "step-00000001.json").exists() and time.time() < origin + 6 * SIZE:
-            now = time.time()
-            emulator.publish("events", {"user": f"u{i % 5}", "region": KEYS[i % 3], "t": now},
-                             ms=int(now * 1000))
-            i += 1
-            time.sleep(0.15)
+        Publisher(emulator, origin).until(
+            lambda: (steps / "step-00000001.json").exists() or time.time() > origin + 6 * SIZE,
+            range(-1, horizon + 1))
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         time.sleep(max(0.0, origin + SIZE * (horizon + 20) - time.time()))
@@ -441,23 +454,12 @@ def test_events_a_killed_job_read_are_released_by_its_continuation(emulator, tmp
     every step equals one batch run of every event sent, bit for bit (before the record, the
     events read after the last checkpoint were lost)."""
     horizon = 6
-    subscription, origin, config = _live_job(emulator, tmp_path, horizon)
-    launch = [sys.executable, "-m", "pipelines.run", "--config", config]
-    first = subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
-    steps = tmp_path / "live" / "active-users-live" / "steps"
-    sent, i = [], 0
+    origin, launch, first, steps = _launched(emulator, tmp_path, horizon)
+    publisher = Publisher(emulator, origin, users=7, every=0.12)
+    sent = publisher.sent
 
     def publish(stop):
-        nonlocal i
-        while not stop():
-            now = time.time()
-            if 0 <= (now - origin) // SIZE < horizon:
-                row = {"user": f"u{i % 7}", "region": KEYS[i % 3], "t": now}
-                emulator.publish("events", row, ms=int(now * 1000))
-                sent.append(row)
-            i += 1
-            time.sleep(0.12)
+        publisher.until(stop, range(horizon))
 
     with Heartbeats(emulator, "events", every=0.3):
         publish(lambda: (steps / "step-00000001.json").exists()
