@@ -12,7 +12,6 @@ import re
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import config as job_config
 from transforms.messages import DEAD_LETTER, dead_letter, dead_letter_record
 from transforms.streams.records import Reason
 
@@ -22,15 +21,12 @@ class ParseCsvFile(beam.DoFn):
     header's names) or a dead letter (`csv_records`). One worker reads the file from its start,
     record by record, so a quoted cell may hold line breaks (a record is one or more lines)."""
 
-    def __init__(self, header, job: job_config.JobConfig = None):
-        self.header, self.job = header, job
+    def __init__(self, header, unit_of_row=None):
+        self.header, self.unit_of_row = header, unit_of_row  # (row dict -> the gate's unit)
 
     def process(self, path: str):
-        from pipelines.io import row_unit  # (io reads CSV through this module)
-        job = self.job
-        unit_of_row = None if job is None else (lambda row: row_unit(job, row))
         with FileSystems.open(path) as handle:
-            yield from csv_records(iter(handle.readline, b""), self.header, unit_of_row)
+            yield from csv_records(iter(handle.readline, b""), self.header, self.unit_of_row)
 
 
 CSV_RECORD_BYTES = 1 << 20  # a longer CSV record is one dead letter (its lines read to its end)

@@ -10,6 +10,7 @@ the same events and dead letters as row by row, without a Beam element per row.
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import json
 import math
@@ -419,7 +420,8 @@ def read_rows(pipeline, job: job_config.JobConfig):
             DEAD_LETTER, main="rows")
     else:
         files = pipeline | "CsvFiles" >> beam.Create(input_files(job.input.path))
-        parsed = files | "ParseCsv" >> beam.ParDo(ParseCsvFile(csv_header(job.input.path), job)
+        parsed = files | "ParseCsv" >> beam.ParDo(ParseCsvFile(csv_header(job.input.path),
+                                                   functools.partial(row_unit, job))
                                                   ).with_outputs(DEAD_LETTER, main="rows")
     return parsed.rows, [parsed[DEAD_LETTER]]
 
