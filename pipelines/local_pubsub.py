@@ -11,6 +11,9 @@ subscription missing for a moment (an emulator or a service restart) or a deadli
   exceeded, internal, aborted, resource exhausted) is retried with backoff (0.5 s doubling to
   10 s) for up to `retry_seconds`; then the job fails with one line saying `--continue` resumes
   it. A failed pull acknowledged nothing, so a retried one loses nothing;
+- its watermark is paced (`local_watermark`, set with `local_watermark.pace`): a step is
+  released only after every unit's contribution to it arrived, however far behind the clock
+  the job runs;
 - with `record(receipts)` (a checkpointed release), every pull's messages are written down
   before they are acknowledged (Beam acknowledges as it pulls): a job killed at any point
   loses no message it read; its continuation replays what it read and did not release.
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import os
 import time
+
+from pipelines import local_watermark
 
 MAX_RECEIVE = 128 << 20
 RETRY_SECONDS = 120.0
@@ -117,12 +122,28 @@ def install(retry_seconds: float = RETRY_SECONDS) -> None:
             weakref.finalize(transform, state.close)
         return state
 
+    original_finish = getattr(evaluator, "_dp_original_finish", evaluator.finish_bundle)
+
     def read_from_pubsub(self, timestamp_attribute):
         if timestamp_attribute is not None or RECEIPTS[0] is None:
-            return retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
-        return read_recorded(self, retry_seconds)
+            pulled = retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
+        else:
+            pulled = read_recorded(self, retry_seconds)
+        self._dp_pulled = pulled
+        return pulled
+
+    def finish_bundle(self):
+        # the reader's watermark, paced (`local_watermark`): Beam reports the wall clock
+        self._dp_pulled = []
+        result = original_finish(self)
+        holds = result.keyed_watermark_holds
+        if None in holds:
+            holds[None] = local_watermark.paced_hold(self, self._dp_pulled, holds[None])
+        return result
 
     evaluator._dp_original_read = original_read
+    evaluator._dp_original_finish = original_finish
+    evaluator.finish_bundle = finish_bundle
     evaluator._get_subscriber_client_state_unlocked = classmethod(client_state)
     evaluator._read_from_pubsub = read_from_pubsub
     evaluator._dp_hardened = retry_seconds

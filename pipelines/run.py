@@ -295,8 +295,12 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         before = set(stream.published_steps(job)) if local else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
-            from pipelines import local_pubsub
+            from pipelines import local_pubsub, local_watermark
             local_pubsub.install()
+            local_watermark.pace(local_watermark.Pacer(local_watermark.deadlines(
+                job.steps.time_steps(), 0 if continuation is None else continuation.first,
+                transform.config.allowed_lateness_seconds,
+                transform.config.release_delay_steps)))
             local_pubsub.record(None if checkpoint is None else stream.ReceiptLog(
                 checkpoint, transform.config, transform.execution))
         result = pipeline.run()

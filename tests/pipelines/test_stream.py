@@ -475,3 +475,35 @@ def test_events_a_killed_job_read_are_released_by_its_continuation(emulator, tmp
             for line in open(steps / f"step-{s:08d}.jsonl")]
     batch = batch_records(tmp_path, origin, sent, horizon)
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
+
+
+@pytest.mark.slow
+def test_events_sent_while_the_job_was_down_are_released_when_it_continues_late(emulator,
+                                                                                tmp_path):
+    """Killed as step 1 is published; events keep coming for 3 more steps while nothing runs;
+    `--continue` starts after steps 2 and 3 were due: it reads what the killed job recorded
+    and the backlog, and its watermark crosses each step's deadlines in order
+    (`local_watermark`), so every step equals one batch run of every event sent and nothing is
+    `late` (before the pacing, these steps' events were `late` dead letters)."""
+    horizon = 7
+    origin, launch, first, steps = _launched(emulator, tmp_path, horizon)
+    publisher = Publisher(emulator, origin, users=7, every=0.12)
+    with Heartbeats(emulator, "events", every=0.3):
+        publisher.until(lambda: (steps / "step-00000001.json").exists()
+                        or time.time() > origin + 8 * SIZE, range(horizon))
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        publisher.until(lambda: time.time() > origin + 4.6 * SIZE, range(horizon))
+        second = subprocess.Popen(launch + ["--continue"], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        publisher.until(lambda: time.time() > origin + SIZE * horizon, range(horizon))
+        out, err = second.communicate(timeout=120)
+    assert second.returncode == 0 and "Traceback" not in err, err[-3000:]
+    operator = tmp_path / "live" / "active-users-live-operator"
+    dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
+            for line in open(path)]
+    assert dead == []
+    live = [json.loads(line) for s in range(horizon)
+            for line in open(steps / f"step-{s:08d}.jsonl")]
+    batch = batch_records(tmp_path, origin, publisher.sent, horizon)
+    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
