@@ -105,9 +105,22 @@ def read_recorded(evaluator, retry_seconds: float):
     return [(Timestamp.from_utc_datetime(m.publish_time), m) for m in messages]
 
 
+# whether the local reader stops reading (`drain`)
+DRAINING = [False]
+
+
+def drain() -> None:
+    """Ends the local job as a drain: its reader pulls no more messages (the ones it did not
+    pull stay in the subscription, unacknowledged) and moves its watermark to the end of time,
+    so every element it read goes through the rest of the pipeline (released, or a dead letter
+    written) before the job ends."""
+    DRAINING[0] = True
+
+
 def install(retry_seconds: float = RETRY_SECONDS) -> None:
     """Hardens the local runner's Pub/Sub reader in this process (idempotent)."""
     from apache_beam.runners.direct import transform_evaluator as te
+    DRAINING[0] = False
     evaluator = te._PubSubReadEvaluator
     if getattr(evaluator, "_dp_hardened", None) == retry_seconds:
         return
@@ -133,6 +146,11 @@ def install(retry_seconds: float = RETRY_SECONDS) -> None:
         return pulled
 
     def finish_bundle(self):
+        if DRAINING[0]:  # pull nothing more; the reader is done, its watermark at the end
+            from apache_beam.runners.direct.util import TransformResult
+            from apache_beam.runners.direct.watermark_manager import WatermarkManager
+            return TransformResult(self, [], [], None,
+                                   {None: WatermarkManager.WATERMARK_POS_INF})
         # the reader's watermark, paced (`local_watermark`): Beam reports the wall clock
         self._dp_pulled = []
         result = original_finish(self)

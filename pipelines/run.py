@@ -257,6 +257,9 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
     return 0
 
 
+DRAIN_SECONDS = 60.0  # how long a complete local streaming job may take to drain
+
+
 def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     """`main` for unbounded input (`pipelines.stream`): launches the streaming job; on a local
     runner, follows it, printing each step as it is published, until every step of the horizon
@@ -325,6 +328,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                       f"and can be negative", file=sys.stderr, flush=True)
             code = stream.follow(job, watch, sys.stdout if not args.json else sys.stderr,
                                  transform.config.release_delay_steps, before=before)
+            if code == 0:  # every step is published: what the job read and had not
+                # released leaves as dead letters (late, outside the horizon) before it ends
+                local_pubsub.drain()
+                watch.thread.join(DRAIN_SECONDS)
         except KeyboardInterrupt:
             code = 130
         finally:

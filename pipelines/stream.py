@@ -89,7 +89,10 @@ class ParseMessage(beam.DoFn):
     timestamp attribute, the record's own timestamp field (its event time, as in a file) must
     agree with it to the millisecond: a message without it, with an unreadable one or with
     another time is a dead letter (the attribute is parsed here, not by the reader, where a
-    bad one would fail the read of the messages around it)."""
+    bad one would fail the read of the messages around it). A record published (Pub/Sub's
+    publish time) after its step's end + `allowed_lateness_seconds` is a `late` dead letter:
+    lateness is judged on Pub/Sub's clock, not on the job's watermark, so it does not depend
+    on when the job read the message (a lagging, paused or restarted job, or a replay)."""
 
     def __init__(self, job: job_config.JobConfig, skip_ids=frozenset()):
         self.skip_ids = frozenset(skip_ids)  # redelivered messages a continuation replays
@@ -97,6 +100,8 @@ class ParseMessage(beam.DoFn):
         self.field = job.input.fields["timestamp"]
         self.timestamp_format = job.input.timestamp_format
         self.heartbeats = Metrics.counter(METRICS, "heartbeats")
+        self.steps = job.steps.time_steps()
+        self.lateness = job.steps.allowed_lateness_seconds
 
     def setup(self):
         self.parse = io.ParseJson()
@@ -119,20 +124,41 @@ class ParseMessage(beam.DoFn):
             except ValueError as error:
                 yield dead_letter(message.data, Reason("bad_message", f"bad message: {error}"))
                 return
+        published = message.publish_time.timestamp() if getattr(
+            message, "publish_time", None) is not None else None
         for row in self.parse.process(message.data):
-            if stamped is not None and isinstance(row, dict) and self.field in row:
+            if (stamped is not None or published is not None) and isinstance(row, dict) \
+                    and self.field in row:
                 try:
                     seconds = io.parse_cell(self.field, "timestamp", row[self.field],
                                             self.timestamp_format)
                 except ValueError:
                     seconds = None  # the record's own error: ToElement dead-letters it
-                if seconds is not None and abs(seconds - stamped) >= 0.001:
+                late = self._late(seconds, published)
+                if late is not None:
+                    yield dead_letter(row, late)
+                    continue
+                if stamped is not None and seconds is not None and \
+                        abs(seconds - stamped) >= 0.001:
                     yield dead_letter(row, Reason(
                         "bad_message", f"bad message: its attribute {self.attribute!r} "
                                        f"({stamped!r}) and its {self.field!r} ({seconds!r}) "
                                        f"are not the same time"))
                     continue
             yield row
+
+
+    def _late(self, seconds, published):
+        """The `late` reason of a record of event time `seconds` published at `published`,
+        or None (on time, outside the horizon: AssignSteps says so, or no time)."""
+        step = None if seconds is None or published is None else self.steps.step_of(seconds)
+        if step is None:
+            return None
+        after = published - self.steps.end(step)
+        if after <= self.lateness:
+            return None
+        return Reason("late", f"late: published {after:.3f} s after the end of step {step} "
+                              f"(allowed lateness {self.lateness:g} s)")
 
 
 def read_elements(pipeline, job: job_config.JobConfig, remote: bool,

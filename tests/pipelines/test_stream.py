@@ -94,11 +94,10 @@ def check_against_batch(tmp_path, origin, sent):
     operator = tmp_path / "live" / "active-users-live-operator"
     dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
             for line in open(path)]
-    # a new unit's late event passes its (empty) truncation and is refused by the release:
-    # either way one dead letter that names the step it missed
-    assert len(dead) == 1 and dead[0]["reason"] in (
-        "late: step 1 of this unit was already processed",
-        "late: step 1 of key 'eu' was already released"), dead
+    # published two steps after its step's end: late by Pub/Sub's clock, however far behind
+    # the job's watermark is (a silent source stops it)
+    assert len(dead) == 1 and dead[0]["reason"].startswith("late: published ") and \
+        dead[0]["reason"].endswith(" s after the end of step 1 (allowed lateness 0.5 s)"), dead
     summary = json.load(open(operator / "summary.json"))
     assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {"late": 1}
     data = tmp_path / "events.jsonl"
@@ -284,13 +283,34 @@ def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path
     assert again.returncode == 2 and "published all 12" in again.stderr, again.stderr
 
 
-def _parsed(job, data, **attributes):
+def _parsed(job, data, published=None, **attributes):
+    import datetime
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from pipelines.stream import ParseMessage
     fn = ParseMessage(job)
     fn.setup()
-    out = list(fn.process(PubsubMessage(data, attributes)))
+    out = list(fn.process(PubsubMessage(data, attributes, publish_time=None if published is None
+                                        else datetime.datetime.fromtimestamp(
+                                            published, datetime.timezone.utc))))
     return [o.value["reason"] if hasattr(o, "tag") else o for o in out]
+
+
+def test_lateness_is_judged_on_the_publish_time_not_on_the_jobs_watermark(tmp_path):
+    """An event counts if Pub/Sub received it by its step's end + the allowed lateness
+    (0.5 s), whenever the job reads it; later, it is a `late` dead letter naming its step."""
+    from pipelines import config as job_config
+    origin = 1_800_000_000.0
+    job = job_config.load(write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS}))
+    row = {"user": "u", "region": "eu", "t": origin + 3.0}  # step 1, ends at origin + 4
+    data = json.dumps(row).encode()
+    assert _parsed(job, data, published=origin + 4.5) == [row]
+    assert _parsed(job, data, published=origin + 4.501) == [
+        "late: published 0.501 s after the end of step 1 (allowed lateness 0.5 s)"]
+    outside = {"user": "u", "region": "eu", "t": origin + 99.0}  # AssignSteps says outside
+    assert _parsed(job, json.dumps(outside).encode(), published=origin + 999) == [outside]
+    assert _parsed(job, data) == [row]  # no publish time (a runner without it): the watermark
 
 
 def test_a_bad_message_is_one_dead_letter_and_a_heartbeat_nothing(tmp_path):
@@ -503,6 +523,42 @@ def test_events_sent_while_the_job_was_down_are_released_when_it_continues_late(
     dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
             for line in open(path)]
     assert dead == []
+    live = [json.loads(line) for s in range(horizon)
+            for line in open(steps / f"step-{s:08d}.jsonl")]
+    batch = batch_records(tmp_path, origin, publisher.sent, horizon)
+    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
+
+
+@pytest.mark.slow
+def test_what_the_job_read_when_its_last_step_is_published_leaves_as_dead_letters(emulator,
+                                                                                  tmp_path):
+    """Events past the horizon keep arriving (every 20 ms) while the last step is published:
+    the job drains (it pulls no more, and what it read goes through): every message it
+    recorded is a dead letter (`outside_horizon`), none vanishes with the job; the messages it
+    did not pull stay in the subscription."""
+    horizon = 3
+    origin, launch, job, steps = _launched(emulator, tmp_path, horizon)
+    publisher = Publisher(emulator, origin, users=5, every=0.1)
+    outside = 0
+    with Heartbeats(emulator, "events", every=0.3):
+        publisher.until(lambda: time.time() > origin + SIZE * horizon, range(horizon))
+        while job.poll() is None and time.time() < origin + SIZE * (horizon + 20):
+            row = {"user": "after", "region": "eu", "t": origin + SIZE * (horizon + 50)}
+            emulator.publish("events", row, ms=int(row["t"] * 1000))
+            outside += 1
+            time.sleep(0.02)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
+    operator = tmp_path / "live" / "active-users-live-operator"
+    dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
+            for line in open(path)]
+    recorded = [item for path in glob.glob(
+        str(operator / "checkpoint" / "received" / "*" / "received-*.jsonl"))
+        for item in map(json.loads, open(path)) if "id" in item
+        and "heartbeat" not in item["attributes"]]
+    read_after = len(recorded) - len(publisher.sent)
+    assert outside > 50 and read_after > 0
+    assert sorted(d["code"] for d in dead) == ["outside_horizon"] * read_after
     live = [json.loads(line) for s in range(horizon)
             for line in open(steps / f"step-{s:08d}.jsonl")]
     batch = batch_records(tmp_path, origin, publisher.sent, horizon)
