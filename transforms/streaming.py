@@ -6,6 +6,7 @@
                                                + dead letters (halts, late events)
     | ToStepTotals                          -> (key, StepTotal)
     | KeepPublicKeys                        -> the same, of public keys only
+                                               + dead letters (other keys' totals)
     | ReleaseStreaming                      -> records, one per public key and step,
                                                + dead letters (late totals, exact totals)
 
@@ -541,9 +542,31 @@ class ToStepTotals(beam.PTransform):
 
 
 class KeepPublicKeys(stages.KeepPublicKeys):
+    """(key, StepTotal) -> the same, of public keys only + one `not_public_key` dead letter per
+    nonzero total of another key (operator-only, like every dead letter: a streaming job
+    counts each event or dead-letters it, and a misspelt public key shows at once). What is
+    published never depends on them."""
+
     @staticmethod
     def changed_steps(total) -> int:
         return 1 if total.halt or total.value != 0 else 0
+
+    def expand(self, totals):
+        public = frozenset(self.public_keys)
+
+        def keep(item):
+            key, total = item
+            if key in public:
+                yield item
+            elif total.value != 0:
+                yield dead_letter((key, total.step, total.value), Reason(
+                    "not_public_key", f"key {key_text(key)!r} is not in public_keys: its "
+                                      f"total of step {total.step} is not released"))
+
+        out = totals | "KeepPublic" >> beam.FlatMap(keep).with_outputs(DEAD_LETTER,
+                                                                        main="kept")
+        return StageOutput(out.kept,
+                           out[DEAD_LETTER])
 
 
 class ReleaseStreaming(beam.PTransform):
@@ -626,10 +649,11 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
         return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
                                         released.dead_letters], None, None)
     public = totals | "KeepPublicKeys" >> KeepPublicKeys(public_keys, diagnostics)
-    # the same, of public keys only
-    released = public | "ReleasePerKey" >> ReleaseStreaming(
+    # the same, of public keys only + dead letters (other keys' totals)
+    released = public.main | "ReleasePerKey" >> ReleaseStreaming(
         config, public_keys, checkpoint is not None, window, key_states)
     # records, one per public key and step + dead letters (+ checkpointed: the key states with
     # their records (step, (key, (sealed, halt), record)))
     return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
-                                    released.dead_letters], None, released.states)
+                                    public.dead_letters, released.dead_letters], None,
+                    released.states)

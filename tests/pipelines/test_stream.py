@@ -67,7 +67,8 @@ def run_live(emulator, tmp_path, pause=()):
             if 0 <= step < HORIZON and step not in pause:
                 region = KEYS[i % 3]
                 if not (region == "apac" and step in (1, 3)):
-                    row = {"user": f"u{i % 11}", "region": region, "t": now}
+                    row = {"user": f"u{i % 11}", "region": region, "t": now} if sent else \
+                        {"user": "off-key", "region": "not-public", "t": now}  # the first
                     emulator.publish("events", row, ms=int(now * 1000))
                     sent.append(row)
                 if step >= 3 and not late_sent:  # step 1's event, 2+ steps after its end
@@ -96,10 +97,15 @@ def check_against_batch(tmp_path, origin, sent):
             for line in open(path)]
     # published two steps after its step's end: late by Pub/Sub's clock, however far behind
     # the job's watermark is (a silent source stops it)
-    assert len(dead) == 1 and dead[0]["reason"].startswith("late: published ") and \
-        dead[0]["reason"].endswith(" s after the end of step 1 (allowed lateness 0.5 s)"), dead
+    late = [d for d in dead if d["code"] == "late"]
+    assert len(late) == 1 and late[0]["reason"].startswith("late: published ") and \
+        late[0]["reason"].endswith(" s after the end of step 1 (allowed lateness 0.5 s)"), dead
+    # an event of a key that is not public leaves a trace (operator-only)
+    assert [d["reason"] for d in dead if d["code"] != "late"] == [
+        "key 'not-public' is not in public_keys: its total of step 0 is not released"]
     summary = json.load(open(operator / "summary.json"))
-    assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {"late": 1}
+    assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {
+        "late": 1, "not_public_key": 1}
     data = tmp_path / "events.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in sent))
     batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate

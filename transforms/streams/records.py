@@ -27,6 +27,7 @@ CODES = {
     "bad_message": "a Pub/Sub message without a readable timestamp attribute, or a heartbeat "
                    "with data",
     "late": "an event of a step already processed or released (streaming)",
+    "not_public_key": "a step total of a key not in public_keys (streaming)",
     "bound_violation": "a unit's update breaking a declared bound: the unit halts (fail closed)",
     "exact_totals": "a key whose exact total would reach 2^53: the key halts (fail closed)",
 }
