@@ -67,12 +67,17 @@ def _files(pattern: str):
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
+def dead_letter_files(operator_folder: str) -> list:
+    """The dead-letter files written under `operator_folder` (local or gs://)."""
+    return _files(os.path.join(operator_folder, "dead_letters-*"))
+
+
 def dead_letters_by_code(operator_folder: str) -> dict:
     """{"dead_letters": {code: count}, most first; "dead_letter_examples": {code: the first
     reason's detail}} of the dead letters written under `operator_folder` (operator-only: they
     depend exactly on the input). Codes: `transforms.streams.records.CODES`."""
     counts, examples = {}, {}
-    for path in _files(os.path.join(operator_folder, "dead_letters-*")):
+    for path in dead_letter_files(operator_folder):
         with FileSystems.open(path) as handle:
             for line in handle.read().decode("utf-8").splitlines():
                 if line.strip():

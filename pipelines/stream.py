@@ -179,8 +179,12 @@ def read_elements(pipeline, job: job_config.JobConfig, remote: bool,
         job, {m.message_id for m in replayed})).with_outputs(DEAD_LETTER, main="rows")
     elements = rows.rows | "ToElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
+    dead = [rows[DEAD_LETTER], elements[DEAD_LETTER]]
+    if continuation is not None and continuation.unwritten:
+        dead.append(pipeline | "UnwrittenDeadLetters" >> beam.Create(
+            continuation.unwritten, reshuffle=False))
     if not replayed:
-        return elements.elements, [rows[DEAD_LETTER], elements[DEAD_LETTER]]
+        return elements.elements, dead
     steps, first = job.steps.time_steps(), continuation.first
     again = (pipeline | "Recorded" >> beam.Create(replayed, reshuffle=False)
              | "ParseRecorded" >> beam.ParDo(ParseMessage(job)).with_outputs(DEAD_LETTER,
@@ -188,8 +192,8 @@ def read_elements(pipeline, job: job_config.JobConfig, remote: bool,
     recorded = again.rows | "RecordedElements" >> beam.ParDo(io.ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
     unreleased = recorded.elements | "OfStepsLeft" >> beam.ParDo(_FromStep(steps, first))
-    return ((elements.elements, unreleased) | "WithRecorded" >> beam.Flatten(),
-            [rows[DEAD_LETTER], elements[DEAD_LETTER]])
+    # (the replay's own dead letters are `continuation.unwritten`, once each)
+    return (elements.elements, unreleased) | "WithRecorded" >> beam.Flatten(), dead
 
 
 class WriteBundleFiles(beam.DoFn):
@@ -286,6 +290,41 @@ def received_messages(config, folder: str) -> list:
     return out
 
 
+def unwritten_dead_letters(job: job_config.JobConfig, messages: list) -> list:
+    """The dead letters that reading `messages` (recorded by earlier executions) gives
+    (`ParseMessage`, `io.ToElement`: deterministic, lateness by publish time included) and
+    that no dead-letter file under the operator folder holds yet: an execution killed after
+    recording a pull and before writing its dead letters loses none of them. Matched as a
+    multiset of whole dead letters (two identical ones are two)."""
+    import collections
+    from apache_beam.io.filesystems import FileSystems
+    from pipelines.commit import dead_letter_files
+    parse, to_element = ParseMessage(job), io.ToElement(job)
+    parse.setup()
+    letters = []
+    for message in messages:
+        for row in parse.process(message):
+            outs = [row] if isinstance(row, beam.pvalue.TaggedOutput) else \
+                to_element.process(row)
+            letters.extend(out.value for out in outs
+                           if isinstance(out, beam.pvalue.TaggedOutput))
+    if not letters:
+        return []
+    written = collections.Counter()
+    for path in dead_letter_files(job.operator_path):
+        with FileSystems.open(path) as handle:
+            written.update(line for line in handle.read().decode("utf-8").splitlines()
+                           if line.strip())
+    unwritten = []
+    for letter in letters:
+        line = json.dumps(letter, sort_keys=True)
+        if written[line] > 0:
+            written[line] -= 1
+        else:
+            unwritten.append(letter)
+    return unwritten
+
+
 def checkpoint_folder(job: job_config.JobConfig) -> str:
     """Operator-only (the keys' mechanism states and the units' truncation states)."""
     return f"{job.operator_path.rstrip('/')}/checkpoint"
@@ -310,6 +349,8 @@ class Continuation:
         # what earlier executions read (recorded before Beam acknowledged it): replayed, its
         # events of the steps from `first` on (the ones no step published yet) counted again
         self.replayed = received_messages(transform.config, self.folder)
+        # their dead letters that the executions which read them did not write (killed first)
+        self.unwritten = unwritten_dead_letters(job, self.replayed)
         # every step checkpointed: nothing to release (`republish` restores missing files)
         self.complete = self.first >= job.steps.horizon
         self.republished = []
@@ -350,7 +391,7 @@ class Continuation:
         from pipelines.storage import remove_stale_temps
         from transforms import stream_checkpoint as ck
         folder, done = steps_folder(job.public_path), []
-        for stopped in (folder, self.folder):  # what a killed job left half-written
+        for stopped in (folder, self.folder, job.operator_path):  # a killed job's temp files
             remove_stale_temps(stopped)
         for step in range(self.first):
             if not FileSystems.exists(step_name(folder, step, ".json")):

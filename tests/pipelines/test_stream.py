@@ -569,3 +569,36 @@ def test_what_the_job_read_when_its_last_step_is_published_leaves_as_dead_letter
             for line in open(steps / f"step-{s:08d}.jsonl")]
     batch = batch_records(tmp_path, origin, publisher.sent, horizon)
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
+
+
+def test_a_continuation_writes_the_dead_letters_of_recorded_messages_no_execution_wrote(
+        tmp_path):
+    """A job killed after recording a pull and before writing its dead letters: the
+    continuation derives them again from the record (publish-time lateness included) and
+    writes those no dead-letter file holds, as a multiset (two identical bad messages, one
+    written before the kill: one more now)."""
+    import datetime
+
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+
+    from pipelines import config as job_config
+    from pipelines.stream import WriteBundleFiles, unwritten_dead_letters
+    origin = 1_800_000_000.0
+    job = job_config.load(write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS}))
+
+    def message(data, published):
+        return PubsubMessage(data, {}, message_id=str(published), publish_time=(
+            datetime.datetime.fromtimestamp(published, datetime.timezone.utc)))
+    good = json.dumps({"user": "u", "region": "eu", "t": origin + 1.0}).encode()
+    messages = [message(b"not json", origin + 1), message(b"not json", origin + 2),
+                message(good, origin + 1.5), message(good, origin + 9.0)]  # the last: late
+    assert [d["code"] for d in unwritten_dead_letters(job, messages)] == [
+        "unparseable", "unparseable", "late"]
+    writer = WriteBundleFiles(f"{job.operator_path}/dead_letters")  # the killed job's bundle
+    os.makedirs(job.operator_path, exist_ok=True)
+    writer.start_bundle()
+    writer.process(unwritten_dead_letters(job, messages[:1])[0])
+    writer.finish_bundle()
+    assert [d["code"] for d in unwritten_dead_letters(job, messages)] == ["unparseable", "late"]
