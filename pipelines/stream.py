@@ -296,6 +296,8 @@ def unwritten_dead_letters(job: job_config.JobConfig, messages: list) -> list:
     that no dead-letter file under the operator folder holds yet: an execution killed after
     recording a pull and before writing its dead letters loses none of them. Matched as a
     multiset of whole dead letters (two identical ones are two)."""
+    if not messages:
+        return []
     import collections
     from apache_beam.io.filesystems import FileSystems
     from pipelines.commit import dead_letter_files

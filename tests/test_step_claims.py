@@ -62,7 +62,8 @@ def continue_release(tmp_path, transform, job, execution):
     its first claimed (this attempt), then the execution."""
     continuation = stream.Continuation(job, transform)
     continuation.republish(types.SimpleNamespace(
-        public_path=str(tmp_path), output=types.SimpleNamespace(formats=("jsonl",))), transform)
+        public_path=str(tmp_path), operator_path=job.operator_path,
+        output=types.SimpleNamespace(formats=("jsonl",))), transform)
     if continuation.complete:  # the missing files restored: nothing left to release
         return None
     token = continuation.claim(transform)()
