@@ -350,21 +350,15 @@ def write_records(records, job: job_config.JobConfig, prefix: str) -> list:
     return [records | f"Write {fmt}" >> SINKS[fmt](prefix) for fmt in job.output.formats]
 
 
-def released_stddevs(folder: str) -> list:
-    """The `stddev` of every record written under `folder` (public: data-independent), read
-    from one format (the others hold the same records)."""
-    return released_columns(folder, {"stddev": float})["stddev"]
-
-
-def released_columns(folder: str, kinds: dict) -> dict:
-    """{name: column} of every record written under `folder` for each name of `kinds` (public:
-    the records are), read once from one format (the others hold the same records); CSV cells
-    through the name's kind."""
+def released_columns(folder: str, kinds: dict, prefix: str = "records") -> dict:
+    """{name: column} of every record written under `folder` (files `prefix`-*) for each name
+    of `kinds` (public: the records are), read once from one format (the others hold the same
+    records); CSV cells through the name's kind."""
     import pyarrow.parquet as pq
     names = list(kinds)
     for fmt in ("parquet", "jsonl", "csv"):
         paths = sorted(m.path for m in FileSystems.match(
-            [os.path.join(folder, f"records-*.{fmt}")])[0].metadata_list)
+            [os.path.join(folder, f"{prefix}-*.{fmt}")])[0].metadata_list)
         if not paths:
             continue
         columns = {name: [] for name in names}

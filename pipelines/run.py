@@ -411,7 +411,8 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
     chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
               + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
-    columns = io.released_columns(public_folder, {"stddev": float, "key": str})
+    columns = io.released_columns(public_folder, {"stddev": float, "key": str},
+                                  records_prefix)
     stddevs = columns["stddev"]
     records, max_se = len(stddevs), max(stddevs, default=0.0)
     if job.public_keys is None:  # selected keys: records start late, or never; the steps'

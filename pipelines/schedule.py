@@ -180,6 +180,13 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     refuse_unmarked(job, state_dir)  # deleted markers: never a fresh start
     remove_stale_checkpoints(state_dir, released, [folder for _, folder in checkpoints])
     republish_missing(job, transform.release_id, chain, secret)
+    for path in foreign_files(job, transform.release_id, chain):
+        if os.path.basename(path).startswith("records-steps-"):  # read as the release's own
+            job_config.fail("published folder", "holding only the files of the release's "
+                                                "committed windows (remove the file)", path)
+        print(f"warning: {path} is not a file of release {transform.release_id} (left in "
+              f"place; the release's files are release.json and records-steps-*)",
+              file=sys.stderr)
     steps = job.steps
     complete = max(0, min(steps.horizon, math.floor((now - steps.origin) / steps.size_seconds)))
     stored = [join(folder, "records-*.jsonl") for _, folder in checkpoints]
@@ -398,6 +405,20 @@ def republish_missing(job, release_id, chain, secret) -> List[str]:
         ledger = json.loads(verified_file(join(folder, LEDGER), listed).decode("utf-8"))
         rewritten += [path for path in [publish_manifest(job, release_id, ledger)] if path]
     return rewritten
+
+
+def foreign_files(job, release_id, chain) -> List[str]:
+    """The files in the release's published folder (local) that no committed window wrote:
+    named so that readers of the folder (`pipelines.report` reads `records-*`) see them."""
+    folder = published_folder(job, release_id)
+    if not storage.is_local(folder) or not os.path.isdir(folder):
+        return []
+    expected = {"release.json"} | {
+        os.path.basename(records_file(_published_prefix(job, release_id, link["start"],
+                                                         link["end"]), fmt))
+        for link in chain for fmt in job.output.formats}
+    return [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+            if name not in expected and not name.startswith(storage.TEMP_PREFIX)]
 
 
 def _write_published(path: str, data: bytes) -> None:

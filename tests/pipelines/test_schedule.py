@@ -557,3 +557,30 @@ def test_a_scheduled_run_warns_when_its_bounds_cut_most_events(tmp_path, capsys)
     counts = out.split("exact counts of this run's steps 0 -> 6): ", 1)[1]
     events, cut = int(counts.split(" events")[0]), int(counts.split("steps, ")[1].split(" ")[0])
     assert cut * 2 > events and f"cut {100.0 * cut / events:.1f} % of the {events} events" in line
+
+
+def test_a_file_added_to_a_published_release_folder_is_named_at_each_run(tmp_path, capsys):
+    """A file nobody of the release wrote (`records-*` is what readers of the folder read)
+    is named by every later run, in one line, and left in place."""
+    config = write_config(tmp_path, name="active_users.yaml")
+    state = str(tmp_path / "state")
+    out, err = _schedule_main(capsys, config, state, 5)
+    assert "warning" not in err
+    job = job_config.load(config)
+    folder = schedule.published_folder(job, json.load(open(glob.glob(os.path.join(
+        job.output.path, "*-scheduled", "*", "release.json"))[0]))["release_id"])
+    planted = os.path.join(folder, "records-extra.jsonl")
+    open(planted, "w").write("{}\n")
+    out, err = _schedule_main(capsys, config, state, 12)
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert lines == [f"warning: {planted} is not a file of release "
+                     f"{os.path.basename(folder)} (left in place; the release's files are "
+                     f"release.json and records-steps-*)"] and os.path.exists(planted)
+    os.remove(planted)
+    named = os.path.join(folder, "records-steps-x-00000-of-00001.jsonl")  # read as the release's
+    open(named, "w").write("{}\n")
+    code = schedule.main(["--config", config, "--state-dir", state, "--now",
+                          "2026-01-05T13:00:00Z"])
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        f"error: `published folder` must be holding only the files of the release's committed "
+        f"windows (remove the file); got '{named}'.")
