@@ -12,10 +12,11 @@ watermark that jumps across both deadlines at once (a continuation catching up, 
 paused, a backlog read after a restart) fires both timers together, and s's contributions
 arrive after s was released (`late` dead letters, although s was not yet published).
 
-`Pacer` restores the order on the local runner: the reader's watermark crosses the deadlines
-(every step end, and every step end + the lateness) one at a time, and a deadline only once
-nothing behind it is in flight: no fired timer unfinished and no element older than it waiting
-in any stage or in the reader's last pull (`in_flight_before`). A pipeline busy behind a
+`Pacer` restores the order on the local runner: the reader's watermark crosses a deadline
+(a step end, or a step end + the lateness) only once nothing behind it is in flight: no
+element older than it waiting in any stage or in the reader's last pull, no fired timer
+unfinished, no timer set before it (`in_flight_before`). So the timers set at one deadline
+fire, and their outputs arrive, before the next deadline's fire. A pipeline busy behind a
 deadline for `slack` seconds without pause crosses it anyway (an overloaded job keeps
 releasing; its late contributions are `late` dead letters, as before). The reader's own
 watermark (the wall clock) is never exceeded.
@@ -31,18 +32,22 @@ SLACK_SECONDS = 10.0
 class Pacer:
     """The highest watermark the reader may report, crossing `points` (micros) in order.
 
+    A deadline q <= the reader's own watermark is crossed when nothing is in flight behind it
+    (`blocked(q)` is false: no element older than q waiting, no fired timer unfinished, no
+    timer set before q): all such deadlines up to the first blocked one at once, since crossing
+    them fires nothing or only the timers set exactly at the last one. A deadline blocked for
+    `slack` seconds is crossed alone.
+
     Args:
-      points: the deadlines (micros since the epoch) the watermark crosses one at a time.
-      slack: seconds after which a deadline is crossed although work behind it is in flight.
+      points: the deadlines (micros since the epoch).
+      slack: seconds after which a blocked deadline is crossed anyway.
       clock: wall-clock seconds (injected by tests).
 
-    >>> pacer = Pacer([10, 20], slack=5.0, clock=lambda: 0.0)
-    >>> pacer.hold(100, lambda point: False)  # crosses 10, waits just below 20
+    >>> pacer = Pacer([10, 20, 30], slack=5.0, clock=lambda: 0.0)
+    >>> pacer.hold(100, lambda point: point == 20)  # work behind 20: just below it
     19
-    >>> pacer.hold(100, lambda point: True)  # work older than 20 in flight: waits
-    19
-    >>> pacer.hold(100, lambda point: False), pacer.hold(100, lambda point: False)
-    (100, 100)
+    >>> pacer.hold(100, lambda point: False)  # nothing behind any deadline: the reader's own
+    100
     """
 
     def __init__(self, points: Iterable[int], slack: float = SLACK_SECONDS,
@@ -52,18 +57,23 @@ class Pacer:
         self.next = 0  # the first deadline not yet crossed
         self.waiting_since: Optional[float] = None
 
-    def hold(self, now: int, in_flight: Callable[[int], bool]) -> int:
-        """-> the watermark (micros) for a reader bundle that would report `now`: at most one
-        more deadline crossed per call, when `in_flight(deadline)` is false or the deadline
-        waited `slack` seconds."""
+    def hold(self, now: int, blocked: Callable[[int], bool]) -> int:
+        """-> the watermark (micros) for a reader bundle that would report `now`."""
         points = self.points
         if self.next < len(points) and points[self.next] <= now:
-            clock = self.clock()
-            if self.waiting_since is None:
-                self.waiting_since = clock
-            if clock - self.waiting_since >= self.slack or not in_flight(points[self.next]):
+            if not blocked(points[self.next]):
                 self.next += 1
+                while self.next < len(points) and points[self.next] <= now and \
+                        not blocked(points[self.next]):
+                    self.next += 1
                 self.waiting_since = None
+            else:
+                clock = self.clock()
+                if self.waiting_since is None:
+                    self.waiting_since = clock
+                if clock - self.waiting_since >= self.slack:
+                    self.next += 1
+                    self.waiting_since = None
         if self.next < len(points):
             return min(now, points[self.next] - 1)
         return now
@@ -82,9 +92,11 @@ def deadlines(steps, first: int, lateness_seconds: float, delay_steps: int) -> L
 def in_flight_before(evaluator, pulled, micros: int) -> bool:
     """Whether Beam's local runner has work behind `micros`: a message of the reader's pull
     `pulled` ((timestamp, message) pairs, not yet committed), an element older than it waiting
-    in or being processed by another stage, or a fired timer not yet finished."""
+    in or being processed by another stage, a fired timer not yet finished, or an event-time
+    timer set before it (not fired yet)."""
     if any(stamp.micros < micros for stamp, _ in pulled):
         return True
+    from apache_beam.transforms.timeutil import TimeDomain
     manager = evaluator._evaluation_context._watermark_manager
     reader = evaluator._applied_ptransform
     for transform, marks in list(manager._transform_to_watermarks.items()):
@@ -97,6 +109,11 @@ def in_flight_before(evaluator, pulled, micros: int) -> bool:
                 for value in bundle.get_elements_iterable():
                     if value.timestamp.micros < micros:
                         return True
+            for state in list(marks._keyed_states.values()):
+                for timers in list(state.timers.values()):
+                    for (_, domain, _), stamp in list(timers.items()):
+                        if domain == TimeDomain.WATERMARK and stamp.micros < micros:
+                            return True
     return False
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import doctest
+import random
 
 from pipelines import local_watermark
 from pipelines.local_watermark import Pacer, deadlines
@@ -12,19 +13,24 @@ def test_doctests():
     assert doctest.testmod(local_watermark).failed == 0
 
 
-def test_a_watermark_that_jumps_crosses_each_deadline_once_work_behind_it_is_done():
-    busy = {"until": 0}  # work behind a deadline is in flight while calls < busy["until"]
-    calls = []
+def test_a_watermark_that_jumps_stops_below_each_deadline_with_work_behind_it():
+    """Timers are set at 100 (a step's flush) and at 200 (its release): crossing 100 fires the
+    first; their work is in flight (behind 200) until it is done; only then 200, and 300 with
+    it (nothing set before 300 but the timers at 200, which fire as 200 is crossed)."""
+    timers, in_flight = {100, 200}, set()
 
-    def in_flight(point):
-        calls.append(point)
-        return len(calls) < busy["until"]
-    pacer = Pacer([100, 200, 300], slack=60.0, clock=lambda: 0.0)
-    assert pacer.hold(50, in_flight) == 50  # before every deadline: the reader's own
-    busy["until"] = 3  # two calls see work in flight behind 100
-    seen = [pacer.hold(10_000, in_flight) for _ in range(6)]
-    assert seen == [99, 99, 199, 299, 10_000, 10_000]
-    assert calls == [100, 100, 100, 200, 300]
+    def blocked(point):
+        return any(t < point for t in timers | in_flight)
+    pacer = Pacer([100, 200, 300, 400], slack=60.0, clock=lambda: 0.0)
+    assert pacer.hold(50, blocked) == 50  # before every deadline: the reader's own
+    assert pacer.hold(10_000, blocked) == 199  # 100 crossed; its timers fire
+    timers.discard(100)
+    in_flight.add(150)  # their outputs, on the way to the release
+    assert pacer.hold(10_000, blocked) == 199
+    in_flight.clear()
+    assert pacer.hold(10_000, blocked) == 299  # 200 crossed alone: its timers fire
+    timers.clear()
+    assert pacer.hold(10_000, blocked) == 10_000
 
 
 def test_a_deadline_busy_for_the_slack_is_crossed_anyway():
@@ -40,8 +46,9 @@ def test_a_deadline_busy_for_the_slack_is_crossed_anyway():
 def test_the_watermark_never_passes_the_readers_own_and_never_goes_back():
     pacer = Pacer(range(0, 1000, 7), slack=1e9, clock=lambda: 0.0)
     last = -1
+    rng = random.Random(7)  # work behind a deadline at random, half the time
     for now in list(range(0, 1200, 3)) + [1200] * 200:
-        hold = pacer.hold(now, lambda point: False)
+        hold = pacer.hold(now, lambda point: rng.random() < 0.5)
         assert last <= hold <= now
         last = hold
     assert last == 1200
