@@ -73,30 +73,44 @@ class PubSubEmulator:
             fail("Pub/Sub emulator", "installed", why)
         from google.cloud import pubsub_v1
         self.host = f"127.0.0.1:{free_port()}"
-        self.process = subprocess.Popen(
-            ["gcloud", "beta", "emulators", "pubsub", "start", f"--host-port={self.host}",
-             f"--project={self.project}"], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
         self._previous_host = os.environ.get("PUBSUB_EMULATOR_HOST")
         os.environ["PUBSUB_EMULATOR_HOST"] = self.host
         try:
+            self._start()
             self.publisher = pubsub_v1.PublisherClient()
             self.subscriber = pubsub_v1.SubscriberClient()
-            deadline = time.time() + self.start_seconds
-            while True:  # the emulator starts in about 2 s
-                try:
-                    self.publisher.list_topics(request={"project": f"projects/{self.project}"},
-                                               timeout=2)
-                    break
-                except Exception:  # noqa: BLE001 (not listening yet)
-                    if time.time() > deadline or self.process.poll() is not None:
-                        fail("Pub/Sub emulator", f"started within {self.start_seconds:g} s",
-                             f"not listening on {self.host}")
-                    time.sleep(0.2)
+            self._wait_listening()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _start(self) -> None:
+        self.process = subprocess.Popen(
+            ["gcloud", "beta", "emulators", "pubsub", "start", f"--host-port={self.host}",
+             f"--project={self.project}"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _wait_listening(self) -> None:
+        deadline = time.time() + self.start_seconds
+        while True:  # the emulator starts in about 2 s
+            try:
+                self.publisher.list_topics(request={"project": f"projects/{self.project}"},
+                                           timeout=2)
+                return
+            except Exception:  # noqa: BLE001 (not listening yet)
+                if time.time() > deadline or self.process.poll() is not None:
+                    fail("Pub/Sub emulator", f"started within {self.start_seconds:g} s",
+                         f"not listening on {self.host}")
+                time.sleep(0.2)
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stops the emulator (it forgets every topic, subscription and message), waits
+        `down_seconds`, and starts it again on the same host (an operator's restart)."""
+        stop_group(self.process)
+        time.sleep(down_seconds)
+        self._start()
+        self._wait_listening()
 
     def __exit__(self, *exc) -> None:
         if self.process is not None:
