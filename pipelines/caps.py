@@ -32,6 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import config as job_config
 from pipelines import io, logs
 from pipelines import run as job_run
+from transforms import registry
 from transforms.release import NoNoise
 from transforms.stages import AssignSteps
 from transforms.streams import codec
@@ -157,11 +158,11 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     try:
         job = job_config.load(args.config)
-        if job.transform not in ("count", "sum", "count_distinct", "degree_count"):
-            fail("transform", "one with contribution caps (count, sum, count_distinct, "
-                              "degree_count; a mean's caps are a count's: run caps on its "
-                              "config with `transform: count` and the value field left out)",
-                 job.transform)
+        if not registry.can(job.transform, registry.CAPS):
+            fail("transform", f"one with contribution caps ("
+                              f"{', '.join(registry.able(registry.CAPS))}; a mean's caps are "
+                              f"a count's: run caps on its config with `transform: count` and "
+                              f"the value field left out)", job.transform)
         if args.sample_units < 1:
             fail("sample-units", "an integer >= 1", args.sample_units)
         varied = parse_vary(args.vary, job)

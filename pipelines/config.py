@@ -34,11 +34,7 @@ TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999 (what timestamp
 MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
-SELECTING = ("count", "sum", "count_distinct")  # transforms that may select their keys
 DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
-# the transforms whose records name their unit: the ones with a private input gate (the keys of
-# `pipelines.gate.UNIT_ROLES`, kept equal by tests/pipelines/test_gate.py; Beam-free here)
-GATED = ("count", "sum", "mean", "count_distinct", "degree_count", "triangle_count")
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
 DEMO_PREFIX = "demo:"
@@ -231,7 +227,7 @@ class JobConfig:
         """The budget share of the private input gate (`pipelines.gate`), or None when the
         job has none: streaming input (no gate), a declared release (its records name no
         unit), or input.max_dead_letter_fraction 1 (the operator turned it off)."""
-        if self.input.unbounded or self.transform not in GATED or \
+        if self.input.unbounded or not registry.SPECS[self.transform].unit_roles or \
                 self.input.max_dead_letter_fraction >= 1.0:
             return None
         return self.privacy.gate_share
@@ -424,7 +420,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("privacy.delta", "a number in (0, 1) given with epsilon (with rho: only when "
                               "public_keys are not given, as the selection's delta)",
              privacy["delta"])
-    if selects and transform in SELECTING and "selection_delta" not in privacy and (
+    if selects and registry.can(transform, registry.SELECT_KEYS) and "selection_delta" not in privacy and (
             "delta" not in privacy or "rho" in privacy) and not ("rho" in privacy and
                                                                  "delta" in privacy):
         fail("public_keys", "given, either as a list or as public_keys_file, or, to select "
@@ -468,9 +464,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                  raw.get("public_keys") or raw.get("public_keys_file"))
         keys = [single_key]
     elif selects:  # keys selected privately (docs/selection.md)
-        if transform not in SELECTING:
+        if not registry.can(transform, registry.SELECT_KEYS):
             fail("public_keys", f"given for {transform} (keys are selected privately only by "
-                                f"{', '.join(SELECTING)})", None)
+                                f"{', '.join(registry.able(registry.SELECT_KEYS))})", None)
         if source_kind == "pubsub":
             fail("public_keys", "given for input.kind 'pubsub' (a streaming job publishes "
                                 "each step once every public key's record is in; selecting "

@@ -50,6 +50,7 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 
+from transforms import registry
 from transforms.arrow_input import EventBatch, python_cells
 from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE,
                                             DiscreteSampler)
@@ -64,10 +65,9 @@ BETA = 1e-3  # the most often an input with at most f of it unusable is refused
 GATE_STREAM = b"dp-continual-release/input-gate"  # its own stream of the release's noise seam
 FRACTION_DENOMINATOR = 1000
 
-# the roles that name the unit of each transform's record (`release` declares its unit: none)
-UNIT_ROLES = {"count": ("unit",), "sum": ("unit",), "mean": ("unit",),
-              "count_distinct": ("item",), "degree_count": ("a", "b"),
-              "triangle_count": ("a", "b")}
+# the roles that name the unit of each transform's record (its registry row; `release`
+# declares its unit: none)
+UNIT_ROLES = {name: spec.unit_roles for name, spec in registry.SPECS.items() if spec.unit_roles}
 
 
 class GarbageInput(ValidationError):

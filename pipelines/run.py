@@ -585,7 +585,6 @@ def keys_warning(summary: dict):
 # a bound the truncation counters name (`truncated_by_<reason>`) -> the config's bound
 CUT_BOUNDS = {"contribution_bound": {"count_distinct": "max_flips",
                                      "degree_count": "max_updates"}}
-CAPS_TRANSFORMS = ("count", "sum", "count_distinct", "degree_count")  # `pipelines.caps` takes
 
 
 def truncation_warning(summary: dict, job, config_path: str = None):
@@ -613,8 +612,9 @@ def truncation_warning(summary: dict, job, config_path: str = None):
     if job.transform == "mean":
         command += (" (on a copy of the config with `transform: count`, its value field and "
                     "max_value left out: a mean keeps a count's events)")
-    elif job.transform not in CAPS_TRANSFORMS:
-        command = "pipelines.caps (on a count, sum, count_distinct or degree_count config)"
+    elif not registry.can(job.transform, registry.CAPS):
+        command = (f"pipelines.caps (on a {' or '.join(registry.able(registry.CAPS))} "
+                   f"config)")
     return (f"WARNING (operator-only, NOT private): the contribution bounds cut "
             f"{100.0 * cut / events:.1f} % of the {events} events that entered truncation "
             f"(most by {bound}: "

@@ -44,6 +44,7 @@ from apache_beam.metrics import Metrics
 from pipelines import config as job_config
 from pipelines import io
 from pipelines.checkpoints import read_json, write_text
+from transforms import registry
 from transforms.claims import ClaimOnce, guard, guarded
 from transforms.durable import create_if_absent
 from transforms.messages import DEAD_LETTER, METRICS, dead_letter
@@ -335,7 +336,7 @@ def checkpoint_folder(job: job_config.JobConfig) -> str:
 def checkpointed(job: job_config.JobConfig) -> bool:
     """Whether the job's release can be continued (`transforms.stream_checkpoint`: the
     transforms whose truncation keeps a flat state)."""
-    return job.transform in ("count", "sum")
+    return registry.can(job.transform, registry.CHECKPOINT)
 
 
 class Continuation:

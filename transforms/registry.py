@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 REQUIRED = "<required>"
+
+# capabilities a row declares (`TransformSpec.can`)
+SELECT_KEYS = "select_keys"  # keys selected privately when `public_keys` is left out
+CAPS = "caps"                # `pipelines.caps` explores its contribution caps
+CHECKPOINT = "checkpoint"    # a streaming release checkpointed, continued with --continue
+CAPABILITIES = (SELECT_KEYS, CAPS, CHECKPOINT)
+_ALL = frozenset((SELECT_KEYS, CAPS, CHECKPOINT))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +32,10 @@ class TransformSpec:
     unit: str = ""                  # the protected unit (what one individual is)
     module: str = "transforms.continual"  # where the class lives
     derived: Dict[str, str] = dataclasses.field(default_factory=dict)  # a default derived
+    # what the drivers may do with it (`CAPABILITIES`); `pipelines/` asks here, nowhere else
+    can: FrozenSet[str] = frozenset()
+    # the roles naming the unit of a record (the input gate votes per unit); () = no gate
+    unit_roles: Tuple[str, ...] = ()
 
     @property
     def roles(self) -> Tuple[str, ...]:
@@ -52,31 +63,34 @@ _GRID = "max_value / 100 with discrete noise"
 SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("count", "ContinualCount", ("unit", "key"), _COUNT_BOUNDS,
                   summary="running count of events per key (user-level)",
-                  unit="user"),
+                  unit="user", can=_ALL, unit_roles=("unit",)),
     TransformSpec("sum", "ContinualSum", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
                   numeric=("value",), summary="running sum of clamped values per key",
-                  unit="user", derived={"value_resolution": _GRID}),
+                  unit="user", derived={"value_resolution": _GRID}, can=_ALL,
+                  unit_roles=("unit",)),
     TransformSpec("mean", "ContinualMean", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None,
                    "sum_share": None},
                   numeric=("value",), summary="running mean of clamped values per key (noisy "
                                               "sum / noisy count, Fieller interval)",
                   unit="user", module="transforms.mean",
-                  derived={"value_resolution": _GRID, "sum_share": "1/2: the worst-case optimum"}),
+                  derived={"value_resolution": _GRID, "sum_share": "1/2: the worst-case optimum"},
+                  unit_roles=("unit",)),
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
                   summary="distinct present items per key (item-level)",
-                  unit="item"),
+                  unit="item", can=frozenset((SELECT_KEYS, CAPS)), unit_roles=("item",)),
     TransformSpec("degree_count", "ContinualDegreeCount", ("op", ("a", "b")),
                   {"max_updates": REQUIRED}, summary="degree of every public node "
                                                       "(edge-level)",
-                  unit="edge; each node key gets half the budget"),
+                  unit="edge; each node key gets half the budget", can=frozenset((CAPS,)),
+                  unit_roles=("a", "b")),
     TransformSpec("triangle_count", "ContinualTriangleCount", ("op", ("a", "b")),
                   {"max_degree": REQUIRED, "max_contribution": REQUIRED},
                   single_key="triangles", summary="triangle count of one graph (edge-level, "
                                                   "bounded-degree graphs)",
-                  unit="edge (bounded-degree graphs only)"),
+                  unit="edge (bounded-degree graphs only)", unit_roles=("a", "b")),
     TransformSpec("release", "ContinualRelease", ("key", "value"),
                   {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1},
                   numeric=("value",), summary="already-computed differences with a declared "
@@ -85,6 +99,16 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
 )}
 
 NAMES = tuple(SPECS)
+
+
+def can(transform: str, capability: str) -> bool:
+    """Whether the transform's row declares `capability` (one of `CAPABILITIES`)."""
+    return capability in SPECS[transform].can
+
+
+def able(capability: str) -> Tuple[str, ...]:
+    """The transforms whose rows declare `capability`, in registry order (for messages)."""
+    return tuple(name for name, spec in SPECS.items() if capability in spec.can)
 
 
 def transform_table() -> str:

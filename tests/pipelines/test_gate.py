@@ -483,6 +483,7 @@ def test_one_persons_records_move_the_score_by_at_most_one_units_influence(tmp_p
     assert all(abs(s - score["without"]) <= influence for s in score.values())
 
 
-def test_the_config_gates_exactly_the_transforms_whose_records_name_their_unit():
-    from pipelines import config as job_config
-    assert set(job_config.GATED) == set(gate.UNIT_ROLES)
+def test_the_config_gates_exactly_the_transforms_whose_records_name_their_unit(tmp_path):
+    from transforms import registry
+    assert set(gate.UNIT_ROLES) == {n for n, s in registry.SPECS.items() if s.unit_roles}
+    assert "release" not in gate.UNIT_ROLES  # a declared release's records name no unit
