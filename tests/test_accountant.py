@@ -1,21 +1,15 @@
 """The budget of a composed release: shares compose to at most the total."""
 from __future__ import annotations
 
-import doctest
 import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from transforms import accountant
 from transforms.accountant import part_kwargs, share_budget
 from transforms.mechanisms.accounting import PureDp, Zcdp, compose
 from transforms.mechanisms.privacy import PrivacyBudget
-
-
-def test_doctests():
-    assert doctest.testmod(accountant).failed == 0
 
 
 @pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.3},

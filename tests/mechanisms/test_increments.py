@@ -1,7 +1,6 @@
 """The step's own value: release_t - release_{t-1}, its exact variance and interval."""
 from __future__ import annotations
 
-import doctest
 
 import numpy as np
 import pytest
@@ -20,10 +19,6 @@ def _all(horizon, seed=0):
                     yield name, noise, make(name, horizon, noise=noise, seed=seed, **privacy)
                 except ValueError:  # a combination the mechanism refuses (e.g. blt discrete)
                     continue
-
-
-def test_doctests():
-    assert doctest.testmod(increments).failed == 0
 
 
 @pytest.mark.parametrize("horizon", [1, 2, 7, 64, 100, 257])

@@ -9,7 +9,6 @@ state their false-failure rate over the choice of seed in their docstrings.
 """
 from __future__ import annotations
 
-import doctest
 import hashlib
 import math
 
@@ -597,5 +596,3 @@ def test_arguments_are_refused_with_the_projects_message():
         assert str(caught.value) == text
 
 
-def test_doctests():
-    assert doctest.testmod(selection).failed == 0

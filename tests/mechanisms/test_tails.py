@@ -3,7 +3,6 @@ independent references (closed forms, FFT convolution, extended-precision partia
 QUADPACK's Fourier quadrature), its error bounds, and the retained Chernoff bounds."""
 from __future__ import annotations
 
-import doctest
 import math
 
 import mpmath
@@ -256,10 +255,6 @@ def test_zero_rows_and_scaling():
     assert scaled == pytest.approx(3 * c[1], rel=1e-9)
     assert tails.step_quantiles(tails.Laplace(1.0), 0.05, coefficients=[0.0, 0.0]).tolist() \
         == [0.0, 0.0]
-
-
-def test_docstring_examples():
-    assert doctest.testmod(tails).failed == 0
 
 
 # ----- the retained closed form and Chernoff bounds --------------------------------------------

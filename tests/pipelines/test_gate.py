@@ -18,7 +18,7 @@ from pipelines import gate
 from pipelines import run as job_run
 from pipelines import schedule
 from transforms.mechanisms.noise import ConstantNoiseSource, KeyedNoiseSource
-from transforms.streams.records import CODES, INPUT_CODES
+from transforms.streams.records import CODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -295,14 +295,6 @@ def test_a_refused_scheduled_run_leaves_no_release_so_the_fixed_config_starts_it
                               "release.json"))
     assert json.load(open(manifest))["gate_refusals_before"] == {
         "count": 1, "spent": {"epsilon": 0.02}}  # what the refused run spent, stated
-
-
-def test_doctests():
-    import doctest
-
-    from transforms.streams import records
-    assert doctest.testmod(gate, optionflags=doctest.ELLIPSIS).failed == 0
-    assert doctest.testmod(records).failed == 0
 
 
 def test_every_reason_code_reads_back_from_a_pickled_dead_letter():

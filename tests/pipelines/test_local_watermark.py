@@ -1,16 +1,10 @@
 """The local reader's paced watermark (pipelines/local_watermark.py)."""
 from __future__ import annotations
 
-import doctest
 import random
 
-from pipelines import local_watermark
 from pipelines.local_watermark import Pacer, deadlines
 from transforms.steps import TimeSteps
-
-
-def test_doctests():
-    assert doctest.testmod(local_watermark).failed == 0
 
 
 def test_a_watermark_that_jumps_stops_below_each_deadline_with_work_behind_it():

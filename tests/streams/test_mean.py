@@ -1,19 +1,13 @@
 """The mean's one truncation rule (streams/mean.py) against the count rule it is built on."""
 from __future__ import annotations
 
-import doctest
 
 import numpy as np
 import pytest
 
-from transforms.streams import mean as mean_module
 from transforms.streams.count import ContributionBounds, truncate_step
 from transforms.streams.mean import COUNT, SUM, MeanProblem, mean_step
 from transforms.streams.units import run_unit
-
-
-def test_doctests():
-    assert doctest.testmod(mean_module).failed == 0
 
 
 def random_steps(rng, keys=("a", "b", "c")):
