@@ -279,3 +279,13 @@ def test_every_command_names_a_module_with_its_options_and_existing_files(path, 
 def module_runs_beam(source: str) -> bool:
     """Jobs that pass unknown options on to Beam (`pipelines.run`, `pipelines.schedule`)."""
     return "parse_known_args" in source
+
+
+def test_docs_mechanisms_has_a_row_for_every_mechanism_in_both_tables():
+    """docs/mechanisms.md's table of the mechanisms (paper, factorization, variance) and its
+    table of integer or fractional values name every mechanism `make` builds."""
+    from transforms.mechanisms import NAMES
+    text = open(os.path.join(ROOT, "docs", "mechanisms.md")).read()
+    for name in NAMES:
+        rows = [line for line in text.splitlines() if line.startswith(f"| `{name}`")]
+        assert len(rows) == 2, (name, rows)
