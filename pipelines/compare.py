@@ -14,7 +14,7 @@ Writes three PNGs and `comparison.md` (the tables behind them) into --out:
    004 Fig. 1's comparison, here with exact sensitivities at a computable T instead of
    theorem bounds at T = 2^50.
 3. `smooth_vs_binary.png`: the per-step standard deviation of the smooth binary mechanism
-   (seed 002: the same at every step) against the binary tree's (popcount(t) nodes).
+   (Andersson & Pagh 2023b: the same at every step) against the binary tree's (popcount(t) nodes).
 Every figure is computed, not sampled: the same command writes byte-identical files.
 """
 from __future__ import annotations
@@ -136,7 +136,8 @@ def plot_smooth(stds, path):
     for name, values in stds.items():
         axis.plot(np.arange(1, values.shape[0] + 1), values, lw=1.0, label=name)
     _finish(plt, figure, axis, "step t", "per-step std. dev.",
-            f"Smooth binary (seed 002) vs binary tree, T = {SMOOTH_HORIZON}, rho = 1/2", path)
+            f"Smooth binary (Andersson & Pagh 2023b) vs binary tree, T = {SMOOTH_HORIZON}, "
+            f"rho = 1/2", path)
 
 
 def markdown(table, exponents, relative, ks, stds) -> str:

@@ -1,4 +1,5 @@
-"""choose(): the lowest exact error of everything compared, and the regimes of seed 004 Sec. 11."""
+"""choose(): the lowest exact error of everything compared, and the regimes of Andersson et al. 2026
+Sec. 11."""
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,8 @@ def test_every_odd_arity_3_to_41_is_compared():
 def test_regimes(horizon):
     """Float noise, zCDP: square root for small k, naive for k close to T. Pure DP: k-ary
     subtraction with a large odd arity for small and moderate k, naive for k close to T. (With
-    exact errors, the tree window that seed 004 Sec. 11 derives from asymptotic constants does
+    exact errors, the tree window that Andersson et al. 2026 Sec. 11 derives from asymptotic
+    constants does
     not open for T <= 2^20; see docs/planning.md.) The discrete square root wins under zCDP too,
     within 1 % of the float one."""
     for k in (1, 2, 8):

@@ -1,4 +1,5 @@
-"""Claimed sensitivities on S_{D,k} never fall below brute force (seed 004 Sec. 7-9)."""
+"""Claimed sensitivities on S_{D,k} never fall below brute force (Andersson et al. 2026 Sec.
+7-9)."""
 from __future__ import annotations
 
 import math

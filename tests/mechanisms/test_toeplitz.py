@@ -1,4 +1,5 @@
-"""Square-root and naive factorizations against seeds 003/004 and NOTES.md."""
+"""Square-root and naive factorizations against Fichtenberger et al. 2023; Andersson et al. 2026 and
+NOTES.md."""
 from __future__ import annotations
 
 import math
@@ -35,7 +36,7 @@ def test_sqrt_coefficients_square_to_the_all_ones_sequence_exactly():
 
 @pytest.mark.parametrize("horizon", [1, 10, 11, 1000, 4096])
 def test_max_squared_row_norm_is_sum_of_f_squared(horizon):
-    """Seed 003: ||L||^2_{2->inf} = sum_{j<T} f(j)^2, and rows grow with t."""
+    """Fichtenberger et al. 2023: ||L||^2_{2->inf} = sum_{j<T} f(j)^2, and rows grow with t."""
     mechanism = make("sqrt_toeplitz", horizon, rho=0.5, seed=0)
     exact = float(sum(v * v for v in exact_sqrt_coefficients(horizon)))
     weights = mechanism._squared_weights()

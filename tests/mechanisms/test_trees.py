@@ -47,7 +47,8 @@ def left_rows_as_intervals(mechanism):
 
 # ----- literal transcriptions of the papers' pseudo-code (independent of the implementation) ----
 def algorithm1_intervals(t, k, h):
-    """Seed 000 Alg. 1, lines 7-14: digits of t in base k, left-most children from the top."""
+    """Andersson & Pagh 2023a Alg. 1, lines 7-14: digits of t in base k, left-most children from the
+    top."""
     digits = [(t // k ** i) % k for i in range(h)]
     p, out = 0, {}
     for level in range(h, 0, -1):
@@ -68,7 +69,8 @@ def offset_representation(k, h, low):
 
 
 def algorithm3_intervals(t, k, h, representation):
-    """Seed 000 Alg. 3 with line 15 as corrected in NOTES.md: subtract [p - k^(l-1) + 1, p]."""
+    """Andersson & Pagh 2023a Alg. 3 with line 15 as corrected in NOTES.md: subtract [p - k^(l-1) +
+    1, p]."""
     digits = representation[t]
     p, out = 0, {}
     for level in range(h, 0, -1):
@@ -85,7 +87,7 @@ def algorithm3_intervals(t, k, h, representation):
 
 
 def smooth_intervals(t, h, balanced):
-    """Seed 002 Alg. 2 on s = bin(m(t+1)), m 0-based (NOTES.md); leaves 1-based."""
+    """Andersson & Pagh 2023b Alg. 2 on s = bin(m(t+1)), m 0-based (NOTES.md); leaves 1-based."""
     s = balanced[t]  # m(t + 1) is the t-th (0-based) balanced integer
     a, b, out = 1, 2 ** h, {}
     for i in range(h - 1, -1, -1):
@@ -253,8 +255,9 @@ def test_defaults_never_worse_than_paper_factors_and_pruning_example():
 
 
 def test_leading_constants():
-    """Limits of the exact errors above, minimised over the arity (seed 000 Cor. 12, App. A.3;
-    seed 004 Thm 9.15 / 9.16, with NOTES.md's correction of Thm 9.16)."""
+    """Limits of the exact errors above, minimised over the arity (Andersson & Pagh 2023a Cor. 12,
+    App. A.3;
+    Andersson et al. 2026 Thm 9.15 / 9.16, with NOTES.md's correction of Thm 9.16)."""
     log2 = math.log2
     cor12 = {k: k * (1 - 1 / k ** 2) / (2 * log2(k) ** 3) for k in range(3, 60, 2)}
     assert min(cor12, key=cor12.get) == 19 and cor12[19] == pytest.approx(0.123591, abs=5e-7)

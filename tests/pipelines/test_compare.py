@@ -41,7 +41,7 @@ def test_exact_tree_sensitivity_is_never_worse_than_the_per_level_bound():
     assert relative["binary_tree"][0] == pytest.approx(1.0, rel=1e-12)  # k = 1: the same
     assert all(r <= 1.0 + 1e-12 for r in relative["binary_tree"])
     assert min(relative["binary_tree"]) < 1.0  # the exact DP is strictly better somewhere
-    assert all(s < 1.0 for s in relative["sqrt_toeplitz"][:3])  # seed 004 Fig. 1
+    assert all(s < 1.0 for s in relative["sqrt_toeplitz"][:3])  # Andersson et al. 2026 Fig. 1
 
 
 @pytest.mark.slow

@@ -32,7 +32,8 @@ PARAMS = {"binary_tree": _TREE_OPTIONS, "kary_tree": ("k",) + _TREE_OPTIONS,
           "blt": ("buffers", "metric", "decay_gaps", "inverse_gaps")}
 
 # Defaults where the arity is not given: the argmin of the leading error constant for the
-# noise (seed 000 Cor. 12: k = 19 under pure DP; seed 004 Thm 9.15: b = 5 for MaxSE under zCDP).
+# noise (Andersson & Pagh 2023a Cor. 12: k = 19 under pure DP; Andersson et al. 2026 Thm 9.15: b = 5
+# for MaxSE under zCDP).
 DEFAULT_SUBTRACTION_K = {LAPLACE: 19, GAUSSIAN: 5}
 
 

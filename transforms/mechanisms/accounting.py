@@ -3,7 +3,7 @@
 - `PureDp(epsilon)`: Laplace noise calibrated to the l1 sensitivity.
 - `Zcdp(rho)`: Gaussian noise calibrated to the l2 sensitivity.
 - `LaplaceRelease(l1, l2, scale)`: a Laplace release whose (epsilon, delta) guarantee also uses
-  the l2 sensitivity (seed 001 Thm 1.3):
+  the l2 sensitivity (Andersson et al. 2024 Thm 1.3):
   epsilon(delta) = min(l1 / b, (l2 / b) (l2 / (2 b) + sqrt(2 ln(1/delta)))).
 Composition is explicit: `compose(events)` adds epsilons of pure-DP events and rhos of zCDP
 events (DegreeCount's two endpoints: two Zcdp(rho/2) events compose to Zcdp(rho)).
@@ -43,7 +43,8 @@ class Zcdp:
 
 @dataclasses.dataclass(frozen=True)
 class LaplaceRelease:
-    """Laplace noise of scale b on a query with l1 / l2 sensitivities (seed 001 Thm 1.3)."""
+    """Laplace noise of scale b on a query with l1 / l2 sensitivities (Andersson et al. 2024 Thm
+    1.3)."""
     l1_sensitivity: float
     l2_sensitivity: float
     scale: float

@@ -1,6 +1,7 @@
 """The contract every continual-counting mechanism implements.
 
-A mechanism is a factorization A = L R of the T x T all-ones lower-triangular matrix A (seed 004,
+A mechanism is a factorization A = L R of the T x T all-ones lower-triangular matrix A (Andersson et
+al. 2026,
 Sec. 5). It releases L (R x + z) = A x + L z with i.i.d. node noise z calibrated to the
 sensitivity of R. Because L z does not depend on the data, this implementation adds the exact
 running total of x to L z, which it derives from the keyed noise seam. Hence:
@@ -570,7 +571,7 @@ class ContinualMechanism(abc.ABC):
     def privacy_events(self):
         """What one release of this mechanism spends, as accounting records: Zcdp(rho) for
         Gaussian noise; for Laplace noise PureDp(epsilon) and the LaplaceRelease whose
-        (epsilon, delta) also uses the l2 sensitivity (seed 001 Thm 1.3)."""
+        (epsilon, delta) also uses the l2 sensitivity (Andersson et al. 2024 Thm 1.3)."""
         from .accounting import LaplaceRelease, PureDp, Zcdp
         if self.distribution == GAUSSIAN:
             return [Zcdp(self.budget.rho)]

@@ -18,7 +18,8 @@ re-derived from the noise seam (O(t d), once) when a state arrives without them 
 a resumed run). Batch release runs the same per-step arithmetic, so both agree bit for bit.
 
 Privacy. The optimiser is restricted to the monotone family (w_i > 0, sum w_i < 1: c is
-non-negative and non-increasing, also the family of the jax_privacy BLT optimiser), where seed 004
+non-negative and non-increasing, also the family of the jax_privacy BLT optimiser), where Andersson
+et al. 2026
 Thm 8.4 gives sens_2(S_{D,k}) <= sqrt(kD) ||c||_2. The check is made exactly on the computed
 coefficients for the horizon in use (`sensitivity.toeplitz_set_sensitivity`); if it ever failed,
 the valid general bound k ||c||_p is used and `factorization()` says so. On S_{1,1} the
@@ -333,7 +334,8 @@ class BufferedToeplitz(ContinualMechanism):
         return {"decays": [float(t) for t in self.decays],
                 "weights": [float(w) for w in self.weights],
                 "monotone": self.monotone,
-                "set_bound": ("sqrt(kD) ||R||_{1->2} (seed 004 Thm 8.4)" if self.monotone
+                "set_bound": ("sqrt(kD) ||R||_{1->2} (Andersson et al. 2026 Thm 8.4)"
+                              if self.monotone
                               else "k x max column norm (triangle inequality)")}
 
     def describe(self):

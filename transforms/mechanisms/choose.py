@@ -1,5 +1,5 @@
 """Choosing a mechanism: the exact analytic error of every mechanism and parameter, before any
-budget is spent (seed 004 Sec. 11 describes the regimes this reproduces)."""
+budget is spent (Andersson et al. 2026 Sec. 11 describes the regimes this reproduces)."""
 from __future__ import annotations
 
 import dataclasses

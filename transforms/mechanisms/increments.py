@@ -1,7 +1,8 @@
 """The law of a step's own value: release_t - release_{t-1} = x_t + (L_t - L_{t-1}) z.
 
 A running total's noise at step t is row t of the left factor L applied to the node noises z
-(seed 004 Sec. 5). The step's own value differs from x_t by the difference of two rows, so its
+(Andersson et al. 2026 Sec. 5). The step's own value differs from x_t by the difference of
+two rows, so its
 noise is again a weighted sum of i.i.d. nodes, with the weights of L_t - L_{t-1} (L_{-1} = 0):
 the rows of D L, D the difference matrix. Its variance and quantiles are exact, from the
 factorization (the two rows share nodes: they are not independent):

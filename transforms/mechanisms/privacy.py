@@ -1,7 +1,8 @@
 """Privacy budgets and the noise calibration they imply.
 
 Pure DP uses the Laplace mechanism with the l1 sensitivity, zCDP the Gaussian mechanism with the
-l2 sensitivity (seed 004, Definitions 5.4 and 5.5). An (epsilon, delta) request is served by
+l2 sensitivity (Andersson et al. 2026, Definitions 5.4 and 5.5). An (epsilon, delta) request is
+served by
 Gaussian noise at the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon (the standard
 zCDP -> approximate DP conversion), so it never claims more than rho-zCDP delivers.
 """

@@ -1,11 +1,13 @@
 """The one seam through which every mechanism gets its sensitivity on S_{D,k}.
 
-S_{D,k} (seed 004 Sec. 6.2) holds the integer vectors whose interval sums lie in [-D, D] and whose
+S_{D,k} (Andersson et al. 2026 Sec. 6.2) holds the integer vectors whose interval sums lie in [-D,
+D] and whose
 l1 norm is at most k: the changes one protected unit can make to a difference stream
 (`max_contributions` k, `interval_bound` D). Since interval sums are bounded by the l1 norm,
 S_{D,k} = S_{min(D,k),k}. On S_{1,1} the sensitivity is the largest column l_p norm of R.
 
-- Trees: the parity-counting dynamic program of seed 004 Lemma 9.6/9.7 (9.10 for R-hat), run on
+- Trees: the parity-counting dynamic program of Andersson et al. 2026 Lemma 9.6/9.7 (9.10 for
+R-hat), run on
   the mechanism's actual tree (truncated to T, sparsified or not, smooth leaves): with j
   alternating +-1 entries, node values are +-1 exactly for nodes holding an odd number of them,
   so sens_p(S_{1,j})^p = max number of odd counted nodes over j' <= j balls in data leaves.

@@ -1,8 +1,10 @@
-"""The smooth binary mechanism (seed 002): a binary tree whose data sit only in the leaves with
+"""The smooth binary mechanism (Andersson & Pagh 2023b): a binary tree whose data sit only in the
+leaves with
 h/2 ones, so every output combines exactly h/2 nodes and every step has the same noise law.
 
 Step t releases the prefix of the first m(t + 1) leaves, m(s) the (s-1)-st (0-based) h-bit
-integer with h/2 ones (NOTES.md: 0-based reading of seed 002 Alg. 2); its nodes are the rule
+integer with h/2 ones (NOTES.md: 0-based reading of Andersson & Pagh 2023b Alg. 2); its nodes are
+the rule
 `SmoothBinary._step_nodes` (see `tree_plans`), computed vectorised by `SmoothBinary._combine`.
 Nodes are indexed compactly (`compact_index`, node indexing 2).
 """
@@ -38,7 +40,8 @@ def _binomial_table(n: int) -> np.ndarray:
 
 
 class SmoothBinary(TreeMechanism):
-    """Smooth binary mechanism (seed 002): data only in leaves with h/2 ones, so every output
+    """Smooth binary mechanism (Andersson & Pagh 2023b): data only in leaves with h/2 ones, so every
+    output
     combines exactly h/2 nodes and every step has the same noise distribution."""
 
     name = "smooth_binary"
@@ -177,7 +180,8 @@ class SmoothBinary(TreeMechanism):
         return out
 
     def _step_nodes(self, step: int) -> tuple:
-        """The reference rule (`tree_plans`) of the smooth tree (seed 002 Alg. 2 on s =
+        """The reference rule (`tree_plans`) of the smooth tree (Andersson & Pagh 2023b Alg. 2 on s
+        =
         m(t + 1), NOTES.md): with m = balanced(t), from the top level down, each level l whose
         bit of m is 1 adds the left child of m's parent there, node 2 (m >> (l + 1)), by
         compact index; that child holds no data leaf, and is pruned, iff the l bits of m below

@@ -1,6 +1,7 @@
 """Streaming state of a continual-counting mechanism, and the exact-totals limit.
 
-Every mechanism keeps a `CounterState` (steps released, exact running total: 17 bytes, seed 004
+Every mechanism keeps a `CounterState` (steps released, exact running total: 17 bytes, Andersson et
+al. 2026
 Sec. 5's L z needs no stored noise, see `base`); the discrete square root keeps a
 `HistoryState` (its input history). With discrete noise the data is integer and its running
 total is summed in float64, exact only below 2^53 (`EXACT_LIMIT`, `first_inexact`).

@@ -58,7 +58,7 @@ for continuous sums; for integer sums c_t is the exact lattice quantile (the sma
 with tail <= alpha; one more only if its tail is within 2e-10 of alpha). Float rounding is not
 bounded analytically; measured below 1e-12 against closed forms (tests). A step whose inversion
 would need more than MAX_POINTS points (never for the registry's mechanisms, tested) gets its
-Chernoff bound instead (valid, wider). (Seed 003 Thm 1.2 as printed under-covers.)
+Chernoff bound instead (valid, wider). (Fichtenberger et al. 2023 Thm 1.2 as printed under-covers.)
 
 The Chernoff bounds below (`laplace_chernoff_half_width`, `laplace_equal_weights_chernoff`)
 give the aliasing points Q and brackets; `laplace_sum_quantile` is the closed form of an

@@ -1,6 +1,7 @@
 """Lower-triangular Toeplitz factorizations A = L R with L = T(f_left), R = T(f_right):
 
-- square root (seeds 003/004): f_left = f_right = f, f(0) = 1, f(j) = f(j-1) (2j-1)/(2j);
+- square root (Fichtenberger et al. 2023; Andersson et al. 2026): f_left = f_right = f,
+  f(0) = 1, f(j) = f(j-1) (2j-1)/(2j);
 - naive composition: L = I, R = A (fresh noise every step, sensitivity grows with T);
 - input perturbation: L = A, R = I (noise on every input, running sums of it).
 
@@ -151,7 +152,7 @@ def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
 
 
 class SqrtToeplitz(ToeplitzMechanism):
-    """L = R = sqrt(A) (seed 003 Thm 1.1; seed 004 Sec. 8).
+    """L = R = sqrt(A) (Fichtenberger et al. 2023 Thm 1.1; Andersson et al. 2026 Sec. 8).
 
     Float noise: L (R x + z) with continuous Gaussian or Laplace z.
     Discrete noise (zCDP only): the release is g L~ y with the integer vector

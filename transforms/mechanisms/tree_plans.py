@@ -1,8 +1,10 @@
 """Node plans: the tree mechanisms' scalar streaming step, as data.
 
 The noise of step t is fixed by one rule per tree, `_step_nodes(t)` (`TreeMechanism` for the
-k-ary trees, seed 000 Alg. 1 / Alg. 3; `SmoothBinary`, seed 002 Alg. 2): the nodes of the
-left factor's row t (seed 004 Sec. 5: (L z)_t), grouped by level from the top down, with the
+k-ary trees, Andersson & Pagh 2023a Alg. 1 / Alg. 3; `SmoothBinary`, Andersson & Pagh 2023b Alg. 2):
+the nodes of the
+left factor's row t (Andersson et al. 2026 Sec. 5: (L z)_t), grouped by level from the top down,
+with the
 sign of their level and whether pruning zeroes them. Its value is
 
     total = 0.0

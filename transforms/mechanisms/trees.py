@@ -1,11 +1,13 @@
-"""Tree mechanisms: binary, k-ary (seed 000 Alg. 1), k-ary with subtraction (seed 000 Alg. 2/3,
-even k per App. A.3) and the smooth binary mechanism (seed 002).
+"""Tree mechanisms: binary, k-ary (Andersson & Pagh 2023a Alg. 1), k-ary with subtraction (Andersson
+& Pagh 2023a Alg. 2/3,
+even k per App. A.3) and the smooth binary mechanism (Andersson & Pagh 2023b).
 
 All four share one structure. Leaves are 0-based positions; the input of time s (1-based) sits in
 leaf `data_leaf(s)`. Level l (0 <= l < h; the root level h is never used) holds nodes
 [j k^l, (j+1) k^l). The output at time t is the sum of the first `prefix_leaves(t)` leaves,
 written with h digits d_l in [low, low + k - 1]: from the top level down, a digit d > 0 adds the
-first d children of the current parent, d < 0 subtracts its last |d| children (seed 000 Alg. 3
+first d children of the current parent, d < 0 subtracts its last |d| children (Andersson & Pagh
+2023a Alg. 3
 with the corrected line 15 of NOTES.md).
 
 - k-ary tree: digits [0, k-1], prefix_leaves(t) = t, data_leaf(s) = s - 1.
@@ -13,7 +15,8 @@ with the corrected line 15 of NOTES.md).
 - smooth binary: k = 2, h even, data_leaf(s) = m(s) = the (s-1)-st (0-based) h-bit integer with
   h/2 ones, prefix_leaves(t) = m(t+1) (NOTES.md: 0-based reading).
 
-Options: `sparsify` zeroes the rows of R of nodes no step <= T uses (seed 004 Sec. 9.2.1, R-hat);
+Options: `sparsify` zeroes the rows of R of nodes no step <= T uses (Andersson et al. 2026 Sec.
+9.2.1, R-hat);
 `prune` drops the noise of nodes holding no data leaf (publicly zero). Both only lower the error.
 
 One rule, two paths. The noise of step t, (L z)_t, is fixed by one rule, `_step_nodes(t)` (here
@@ -131,17 +134,20 @@ class TreeMechanism(StepPlans, ContinualMechanism):
 
     @property
     def unused_child(self) -> int:
-        """The child no step ever uses: index of the largest digit (seed 004 Sec. 9.2.1)."""
+        """The child no step ever uses: index of the largest digit (Andersson et al. 2026 Sec.
+        9.2.1)."""
         return self.digit_low + self.arity - 1
 
     def _step_nodes(self, step: int) -> tuple:
         """The reference rule (`tree_plans`): the nodes of step `step` from the top level down.
 
-        The digits d_l of prefix_leaves(t) = t in [low, low + k - 1] (seed 000 Alg. 1 lines
+        The digits d_l of prefix_leaves(t) = t in [low, low + k - 1] (Andersson & Pagh 2023a Alg. 1
+        lines
         7-14; Alg. 3 with line 15 as corrected in NOTES.md): d > 0 adds the first d children
         of the current parent, d < 0 subtracts its last |d| children (in the order k-1, k-2,
         ...). Children are indexed compactly, parent (k - 1) + rank among the k - 1 usable
-        ones (the largest digit's child is never used, seed 004 Sec. 9.2.1); a child starting
+        ones (the largest digit's child is never used, Andersson et al. 2026 Sec. 9.2.1); a
+        child starting
         beyond the horizon holds no data leaf and is pruned (`data_free`)."""
         k, low, horizon, prune = self.arity, self.digit_low, self.horizon, self.prune
         groups, rest, size = [], step, 1
@@ -408,7 +414,7 @@ class TreeMechanism(StepPlans, ContinualMechanism):
 
 
 class KaryTree(TreeMechanism):
-    """k-ary tree mechanism (seed 000 Alg. 1); k = 2 is the binary tree mechanism."""
+    """k-ary tree mechanism (Andersson & Pagh 2023a Alg. 1); k = 2 is the binary tree mechanism."""
 
     name = "kary_tree"
 
@@ -432,7 +438,7 @@ class BinaryTree(KaryTree):
 
 
 class KarySubtraction(TreeMechanism):
-    """k-ary tree with subtraction (seed 000 Alg. 2/3; even k as in App. A.3)."""
+    """k-ary tree with subtraction (Andersson & Pagh 2023a Alg. 2/3; even k as in App. A.3)."""
 
     name = "kary_subtraction"
 

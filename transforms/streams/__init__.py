@@ -1,4 +1,5 @@
-"""Beam-free difference streams with bounded-contribution truncation (seed 004 Sec. 5-6).
+"""Beam-free difference streams with bounded-contribution truncation (Andersson et al. 2026 Sec.
+5-6).
 
 Per-unit state machines (what a Beam stateful DoFn keyed by the privacy unit runs):
 - `EntityCardinality` / `count_distinct` (items; the generic cardinality hook),

@@ -1,4 +1,4 @@
-"""Per-entity cardinality with bounded-contribution truncation (seed 004 Sec. 6.2-6.3).
+"""Per-entity cardinality with bounded-contribution truncation (Andersson et al. 2026 Sec. 6.2-6.3).
 
 A cardinality f(x[0..t]) = sum over entities e of g(n_e(t)), where n_e(t) is entity e's state
 after step t and g maps it to an integer in [0, D]. The difference stream is

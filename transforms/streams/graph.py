@@ -1,4 +1,4 @@
-"""Graph problems under edge-level privacy (seed 004 Def. 5.7).
+"""Graph problems under edge-level privacy (Andersson et al. 2026 Def. 5.7).
 
 DegreeCount (Def. 6.9, Thm 6.3/6.10, Cor. 6.15): per-edge state; the edge's degree contribution
 is its number of updates; after `max_updates` (k) updates its further updates are dropped, taken
