@@ -17,6 +17,7 @@ import yaml
 from transforms import registry
 from transforms.accountant import MAX_GATE_SHARE
 from transforms.secret import SecretRef, check_gcp_secret
+from transforms.release import KEY_TYPES
 from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
 from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY, MIN_STATE_BYTES_PER_KEY
@@ -473,7 +474,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                                 "keys privately runs in batch and scheduled jobs, and in "
                                 "ContinualCount(...) on unbounded input without a checkpoint)",
                  None)
-        if types.get("key", "id") not in ("str", "int"):
+        if types.get("key", "id") not in KEY_TYPES:
             fail("input.types.key", "'str' or 'int' when public_keys are not given (a selected "
                                     "key is published under its text: with 'id', 5 and '5' "
                                     "would be two keys with one name)", types.get("key", "id"))

@@ -43,7 +43,7 @@ from transforms.mechanisms.privacy import (LAPLACE, PrivacyBudget, check_small_d
 from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
-from transforms.release import (ReleaseConfig, check_release_id, derived_release_id,
+from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id, derived_release_id,
                                 descriptor_digest, key_text, public_key_digest)
 from transforms.secret import SecretRef
 from transforms.bounded import release_bounded
@@ -61,7 +61,6 @@ UNJOINED = "0" * 32  # the release id of a part until its composite gives it its
 
 
 POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
-KEY_TYPES = ("str", "int")  # the key types a release selecting its keys may release
 
 
 def _checked_public_keys(public_keys) -> list:
@@ -197,7 +196,7 @@ class ContinualBase(beam.PTransform):
         # dropped with a dead letter: 5 and "5" would be two keys published under one name)
         if self.selects:
             self.key_type = "str" if key_type is None else key_type
-            check.one_of("key_type", self.key_type, KEY_TYPES)
+            check.one_of("key_type", self.key_type, tuple(KEY_TYPES))
         elif key_type is not None:
             check.fail("key_type", "None when public_keys are given (their types are listed)",
                        key_type)

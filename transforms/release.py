@@ -24,6 +24,10 @@ from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
 from transforms.validation import fail
 
+# the key types a release selecting its keys may release (`ReleaseConfig.key_type`), each with
+# the Python type its keys have: 5 and "5" would be two keys published under one name
+KEY_TYPES = {"str": str, "int": int}
+
 
 class NoiseSecret(Protocol):
     """What a release needs from its secret (a `SecretRef`, or a test double injected with
@@ -213,7 +217,7 @@ class ReleaseConfig:
                                 or math.isnan(tau) or tau == math.inf):
             fail("selection_threshold", "None, a finite number (release units) or -inf (every "
                                         "key from its first data: the operator's truth)", tau)
-        if (self.key_type is None) != (tau is None) or self.key_type not in (None, "str", "int"):
+        if (self.key_type is None) != (tau is None) or self.key_type not in (None, *KEY_TYPES):
             fail("key_type", "'str' or 'int' with a selection threshold, else None",
                  self.key_type)
         if self.secret_fingerprint is not None and not _is_sha256_hex(self.secret_fingerprint):

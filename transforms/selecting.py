@@ -15,7 +15,7 @@ unpublished). Here the progress belongs to the bucket, seeded at the origin like
 a step total is late iff its bucket released its step, the same with or without any unit. A key
 of the bucket gets its state with its first on-time data; its stream's noise is the public-key
 noise from step 0 (the steps before its data release noise only, never published), and each
-release of due steps runs `bounded.release_window`, the batch rule. So the records equal the
+release of due steps runs `key_window.release_window`, the batch rule. So the records equal the
 batch release's whenever no data is late.
 
 Cost: one timer per bucket and step; a firing reads the bucket's key states (one cell) and its
@@ -36,7 +36,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.bounded import other_key_type, release_window
+from transforms.key_window import other_key_type, release_window
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
                                  add_exact, dead_letter, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
