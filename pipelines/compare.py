@@ -28,6 +28,7 @@ import numpy as np
 
 from transforms.mechanisms import NAMES, make
 from transforms.mechanisms.noise import ConstantNoiseSource
+from pipelines import logs
 
 BUDGET = {"rho": 0.5}
 BASELINES = {"naive_composition": "per-window release, budget split over T (DIY)",
@@ -188,5 +189,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from pipelines import logs
     logs.exit_now(main())

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from transforms.mechanisms import NAMES, make
+from pipelines import logs
 
 DEMO_PARAMS = {"kary_tree": {"k": 4}, "kary_subtraction": {}}
 
@@ -45,7 +46,6 @@ def main(argv=None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)
-    from pipelines import logs
     logs.configure(args.verbose)
     privacy = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon or 1.0}
     try:
@@ -79,5 +79,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from pipelines import logs
     logs.exit_now(main())

@@ -57,6 +57,8 @@ from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE,
 from transforms.release import descriptor_digest
 from transforms.streams.records import INPUT_CODES, validate_event, validate_update
 from transforms.validation import ValidationError
+from transforms.registry import SPECS
+from transforms.release import NoNoise
 
 EXAMPLE_CHARS = 160
 USED, OFF_KEY, OUTSIDE, MALFORMED = range(4)
@@ -146,8 +148,6 @@ class Gate:
            private: bool = True) -> "Gate":
         """The gate of a run of `job`'s release `transform`; `private` False (or a release with
         no noise: the report's exact truth, operator-only) checks the structure only."""
-        from transforms.registry import SPECS
-        from transforms.release import NoNoise
         private = private and not isinstance(getattr(transform, "secret", None), NoNoise)
         steps = job.steps.time_steps()
         # None: every well-formed record is of a released key (selected, or the one key)

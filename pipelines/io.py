@@ -30,6 +30,9 @@ from transforms.messages import DEAD_LETTER, dead_letter, dead_letter_record
 from transforms.secret import GCP_EXTRA
 from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
 from transforms.validation import BadText, fail, message
+from pipelines import gate
+from transforms.arrow_input import (UNITS_PER_SECOND, EventBatch, Unreadable, beam_micros,
+                                    cell_text, flat_roles, id_mask, named_column, number_mask)
 
 SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
          "csv": WriteRecordsToCsv}
@@ -153,7 +156,6 @@ class ToElement(beam.DoFn):
 
 def row_unit(job: job_config.JobConfig, row):
     """The gate's unit of a row (`gate.unit_of`), or None when the row names none readably."""
-    from pipelines import gate
     if not isinstance(row, dict):
         return None
     values = {}
@@ -199,7 +201,6 @@ def _fast_column(kind: str, column, timestamp_format: str):
     cover (its rows then go through `ToElement` one by one). Timestamps: (mask, seconds)."""
     import numpy as np
     import pyarrow as pa
-    from transforms.arrow_input import UNITS_PER_SECOND, id_mask, number_mask
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     kind_of = column.type
@@ -249,7 +250,6 @@ class _TableToBatch(beam.DoFn):
     def process(self, table):
         import numpy as np
         import pyarrow as pa
-        from transforms.arrow_input import EventBatch, beam_micros, flat_roles, named_column
         if not table.num_rows:
             return
         job = self.job
@@ -299,7 +299,6 @@ def _python_rows(table, mapped=None):
     years 1-9999) is a dead letter holding its cells as text, never a crash, if the cell Python
     cannot hold is in a `mapped` column (default: any); else that cell is `Unreadable` (the
     vectorised checks, which see mapped columns only, keep such a row too)."""
-    from transforms.arrow_input import Unreadable, cell_text
     try:
         rows = table.to_pylist()
     except Exception:  # noqa: BLE001 (any pyarrow conversion failure: row by row below)
@@ -332,7 +331,6 @@ def read_parquet_batches(pipeline, job: job_config.JobConfig):
     """Parquet input as Arrow tables -> (EventBatches, [dead letters]): the rows that
     `read_rows` | `ToElement` give, with the same dead letters, without a Beam element per
     row."""
-    from transforms.arrow_input import EventBatch
     good, bad = check_parquet_files(job.input.path)
     tables = (pipeline | "ParquetFiles" >> beam.Create(good)
               | "ReadParquet" >> beam.io.ReadAllFromParquetBatched())

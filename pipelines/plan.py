@@ -50,10 +50,24 @@ import dataclasses
 import json
 import math
 import sys
+from typing import Optional
 
+from pipelines import config as job_config
 from pipelines.plan_command import COMMAND, plan_arguments
+from transforms.accountant import gate_budget, part_kwargs, share_budget
+from transforms.calibration import (SPLIT, calibrate, choose_calibrated, full_privacy,
+                                    split_privacy)
+from transforms.mechanisms import ConstantNoiseSource, make
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, METRICS,
                                            MIN_STATE_BYTES_PER_KEY, memory_note)
+from transforms.mechanisms.privacy import PrivacyBudget
+from transforms.mechanisms.ratio import best_split
+from transforms.mechanisms.selection import (expected_selection_step, selection_delta,
+                                             selection_threshold)
+from transforms.release import NoNoise
+from transforms.streams.count import ContributionBounds, value_resolution
+from transforms.streams.mean import SUM, MeanProblem
+from transforms.streams.records import Declaration
 
 
 class _Parser(argparse.ArgumentParser):
@@ -228,8 +242,6 @@ def counting_privacy(privacy: dict, gate_share) -> dict:
     (`transforms.accountant.gate_budget`, as the job splits it), or `privacy` without a gate."""
     if gate_share is None:
         return privacy
-    from transforms.accountant import gate_budget, part_kwargs
-    from transforms.mechanisms.privacy import PrivacyBudget
     try:
         _, counting = gate_budget(PrivacyBudget.resolve(**privacy), gate_share)
     except ValueError as error:
@@ -239,9 +251,6 @@ def counting_privacy(privacy: dict, gate_share) -> dict:
 
 def calibrated_rows(args, privacy: dict):
     """The candidates as a release with these bounds would calibrate them."""
-    from transforms.calibration import choose_calibrated
-    from transforms.mechanisms.privacy import PrivacyBudget
-    from transforms.streams.records import Declaration
     k, m = args.max_contributions, args.max_keys_per_unit
     declaration = Declaration(args.interval_bound, k, m, "unit",
                               joint_mass=None if args.split else k)
@@ -253,14 +262,9 @@ def calibrated_rows(args, privacy: dict):
 def mean_parts(args, privacy: dict) -> dict:
     """A ContinualMean's parts as `calibrated_rows` plans them: {part: (args, privacy)}, and
     the split (`ratio.best_split`, or --sum-share)."""
-    from transforms.accountant import part_kwargs, share_budget
-    from transforms.mechanisms.privacy import PrivacyBudget
-    from transforms.mechanisms.ratio import best_split
     if args.interval_bound is not None:
         raise _UsageError(f"`interval-bound` must be left out with --mean-max-value (the mean's "
                           f"parts declare theirs); got {args.interval_bound}.")
-    from transforms.streams.count import ContributionBounds, value_resolution
-    from transforms.streams.mean import SUM, MeanProblem
     value = args.mean_max_value
     grid = value_resolution(value, args.value_resolution, args.noise)
     budget = PrivacyBudget.resolve(**privacy)
@@ -339,10 +343,6 @@ def plan_stream(args, privacy: dict) -> StreamPlan:
 
 def key_mechanism(args, privacy: dict, row):
     """The key mechanism of `row` as the release calibrates it (split or joint), zero noise."""
-    from transforms.calibration import SPLIT, calibrate, full_privacy, split_privacy
-    from transforms.mechanisms import ConstantNoiseSource, make
-    from transforms.mechanisms.privacy import PrivacyBudget
-    from transforms.streams.records import Declaration
     k, m, d = args.max_contributions, args.max_keys_per_unit, args.interval_bound
     declaration = Declaration(d, k, m, "unit", joint_mass=None if args.split else k)
     budget = PrivacyBudget.resolve(**privacy)
@@ -362,8 +362,6 @@ def selection_plan(mechanism, args, delta: float, tau: Optional[float] = None) -
     `delta` (or the job's own `tau`), in value units, and for each rate (value units per
     step; default four rates from tau) the step by which a key growing at that rate is
     selected with probability >= 1/2 (None: not within the horizon)."""
-    from transforms.mechanisms.selection import (expected_selection_step, selection_delta,
-                                                 selection_threshold)
     m, bound = args.max_keys_per_unit, args.interval_bound
     if tau is None:
         tau = selection_threshold(mechanism, m, bound, delta)
@@ -568,9 +566,7 @@ def job_transform(path: str):
     are the job's."""
     import logging
 
-    from pipelines import config as job_config
-    from pipelines import run as job_run
-    from transforms.release import NoNoise
+    from pipelines import run as job_run  # Beam: only a config's plan imports it
     job = job_config.load(path)
     job = job.replace(secret=job_config.SecretSpec(insecure=True))
     quiet = logging.getLogger("transforms")  # no release is made: no fixed-seed warning
@@ -585,7 +581,6 @@ def job_transform(path: str):
 def own_row(release) -> dict:
     """The row of what `release` (a transform, or a mean's part) runs, from its own mechanism
     with zero noise, for a configured mechanism that is no candidate of the table."""
-    from transforms.mechanisms import ConstantNoiseSource
     mechanism = release.config.build(noise_source=ConstantNoiseSource(0.0))
     return {"mechanism": release.config.mechanism, "params": dict(release.config.params),
             "max_se": mechanism.max_se(), "mean_se": mechanism.mean_se(),
@@ -614,7 +609,7 @@ def runs_row(plan: StreamPlan, name: str, params: dict, chosen: str, release=Non
 def plan_config(args) -> dict:
     """--config: each stream the job releases, planned with its `plan_arguments`, and the
     row of the mechanism the job runs (`runs`, in value units: MaxSE is the job's)."""
-    from pipelines import gate as input_gate
+    from pipelines import gate as input_gate  # Beam: only a config's plan imports it
     given = [name for name in CONFIG_SETS if getattr(args, name) not in (None, False)]
     if given:
         raise _UsageError("`config` must be given without " + ", ".join(
@@ -639,7 +634,6 @@ def plan_config(args) -> dict:
         else:
             runs = runs_row(plan, names, params, chosen, transform if not label else None)
             if getattr(transform, "selects", False):  # the job's own mechanism and tau
-                from transforms.mechanisms import ConstantNoiseSource
                 plan.selection = selection_plan(
                     transform.config.build(noise_source=ConstantNoiseSource(0.0)),
                     plan.args, transform.selection["delta"], transform.selection["threshold"])
@@ -670,7 +664,7 @@ def _runs_text(runs: dict, scale_note: str) -> str:
 
 
 def config_text(planned: dict) -> str:
-    from pipelines import gate as input_gate
+    from pipelines import gate as input_gate  # Beam: only a config's plan imports it
     mechanism = planned["mechanism"]
     configured = mechanism if mechanism == "auto" else (
         mechanism["name"] + (f" {json.dumps(mechanism['params'], sort_keys=True)}"

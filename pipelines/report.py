@@ -27,6 +27,14 @@ import sys
 from typing import Dict, List, Optional
 
 import pyarrow.parquet as pq
+from pipelines.checkpoints import LEDGER, committed_checkpoints
+from transforms.release import key_text
+from pipelines import config as job_config
+from pipelines import run as job_run
+from transforms.release import NoNoise
+from pipelines.plan_command import noise_kind
+from transforms.mechanisms import ConstantNoiseSource, make
+from pipelines import logs
 
 FORMATS = (".parquet", ".jsonl")   # one format is read when several are present (CSV: untyped)
 
@@ -36,7 +44,6 @@ def records_files(given: str) -> List[str]:
     one format, Parquet first, then JSON lines (the same records are written in every
     configured format). A state directory gives its committed checkpoints' records."""
     if os.path.isdir(os.path.join(given, "commits")):
-        from pipelines.checkpoints import committed_checkpoints
         return sorted(path for _, folder in committed_checkpoints(given)
                       for path in glob.glob(os.path.join(folder, "records-*.jsonl")))
     pattern = os.path.join(given, "records-*") if os.path.isdir(given) else given
@@ -89,7 +96,6 @@ def release_descriptor(given: str):
     run's public folder (or the folder of a glob), or the ledger of a state directory's last
     committed checkpoint; None when the input carries none."""
     if os.path.isdir(os.path.join(given, "commits")):
-        from pipelines.checkpoints import LEDGER, committed_checkpoints
         chain = committed_checkpoints(given)
         path = os.path.join(chain[-1][1], LEDGER) if chain else None
     else:
@@ -124,7 +130,6 @@ def check_truth(rows: List[dict], descriptor, transform) -> None:
                          f"records reach step {last}); got a horizon of "
                          f"{transform.steps.horizon}.")
     keys = {str(r["key"]) for r in rows}
-    from transforms.release import key_text
     missing = [] if transform.public_keys is None else sorted(
         keys - {key_text(k) for k in transform.public_keys})
     if missing:
@@ -145,13 +150,10 @@ def true_totals(config_path: str, rows: List[dict] = None,
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines import config as job_config
-    from pipelines import run as job_run
     job = job_config.load(config_path)
     folder = tempfile.mkdtemp(prefix="truth-")
     job = job.replace(output=job_config.OutputSpec(folder, ("jsonl",)),
                       secret=job_config.SecretSpec(insecure=True))
-    from transforms.release import NoNoise
     transform = job_run.build_transform(job, noise_source=NoNoise())
     if transform.selects:  # the truth of every key with data, from its first data on
         import dataclasses
@@ -258,8 +260,6 @@ def selecting_max_se(descriptor) -> Optional[float]:
     if not descriptor or descriptor.get("public_keys", "") is not None or \
             "selection" not in descriptor:
         return None
-    from pipelines.plan_command import noise_kind
-    from transforms.mechanisms import ConstantNoiseSource, make
     declaration = descriptor["declaration"]
     mechanism = make(descriptor["mechanism"], descriptor["horizon"],
                      **descriptor["key_budget"],
@@ -315,7 +315,6 @@ def main(argv=None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's and the library's logs (quiet by default)")
     args = parser.parse_args(argv)
-    from pipelines import logs
     logs.configure(args.verbose)
     try:
         rows = read_records(args.input)
@@ -333,5 +332,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from pipelines import logs
     logs.exit_now(main())

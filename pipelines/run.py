@@ -29,8 +29,10 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import commit, gate, io, logs, storage, stream
+from pipelines import commit, gate, io, local_pubsub, local_watermark, logs, storage, stream
 from pipelines.checkpoints import read_json, write_text
+from pipelines.plan_command import COMMAND as PLAN_COMMAND
+from pipelines.plan_command import plan_arguments
 from transforms import registry
 from transforms.mechanisms import ConstantNoiseSource
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
@@ -298,7 +300,6 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         before = set(stream.published_steps(job)) if local else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
-            from pipelines import local_pubsub, local_watermark
             local_pubsub.install()
             local_watermark.pace(local_watermark.Pacer(local_watermark.deadlines(
                 job.steps.time_steps(), 0 if continuation is None else continuation.first,
@@ -388,9 +389,7 @@ def plan_command(descriptor: dict, max_state_bytes_per_key: int = None) -> str:
     stream's descriptor (the state budget is not in the descriptor: pass it when it is not the
     default): `plan_command.plan_arguments`, the arguments `plan --config` plans the job with too (a
     sum's carry its grid: the plan prints the errors in the job's value units)."""
-    from pipelines import plan_command
-    return " ".join([plan_command.COMMAND,
-                     *plan_command.plan_arguments(descriptor, max_state_bytes_per_key)])
+    return " ".join([PLAN_COMMAND, *plan_arguments(descriptor, max_state_bytes_per_key)])
 
 
 def plan_commands(transform, max_state_bytes_per_key: int = None) -> str:

@@ -52,6 +52,11 @@ from transforms.messages import StepWindow
 from transforms.step_files import StepCheckpoint, WriteStepFiles, publish_step, step_name
 from transforms.streams.records import Reason
 from transforms.validation import fail
+from transforms import stream_checkpoint as ck
+from pipelines.commit import dead_letter_files
+from pipelines.storage import remove_stale_temps
+from transforms.claims import read_claim
+from pipelines import commit
 
 HEARTBEAT = "heartbeat"  # a message attribute: the message is not an event
 
@@ -256,7 +261,6 @@ class ReceiptLog:
 
     def __call__(self, messages) -> None:
         import base64
-        from transforms import stream_checkpoint as ck
         lines = [json.dumps({"id": m.message_id, "data": base64.b64encode(m.data).decode(
             "ascii"), "attributes": dict(m.attributes or {}),
             "published": m.publish_time.isoformat() if m.publish_time else None},
@@ -275,7 +279,6 @@ def received_messages(config, folder: str) -> list:
     import base64
     import datetime
     from apache_beam.io.gcp.pubsub import PubsubMessage
-    from transforms import stream_checkpoint as ck
     seen, out = set(), []
     for _, body in ck.sealed_bodies(config, folder, "received/*/received-*.jsonl"):
         for line in body.decode("utf-8").splitlines():
@@ -301,7 +304,6 @@ def unwritten_dead_letters(job: job_config.JobConfig, messages: list) -> list:
         return []
     import collections
     from apache_beam.io.filesystems import FileSystems
-    from pipelines.commit import dead_letter_files
     parse, to_element = ParseMessage(job), io.ToElement(job)
     parse.setup()
     letters = []
@@ -344,7 +346,6 @@ class Continuation:
     continues from `first` = its last checkpointed step + 1."""
 
     def __init__(self, job: job_config.JobConfig, transform):
-        from transforms import stream_checkpoint as ck
         self.folder = checkpoint_folder(job)
         last, self.units, self.keys, self.records = ck.verified_resume(
             transform.config, self.folder, job.public_keys)
@@ -362,7 +363,6 @@ class Continuation:
     def attempt(self) -> int:
         """This continuation's attempt at its first step: one more than the claims made from
         it before (continuations that stopped before checkpointing any step)."""
-        from transforms import stream_checkpoint as ck
         return 1 + max((a for f, a in ck.epochs(self.folder) if f == self.first), default=0)
 
     def claim(self, transform) -> ClaimOnce:
@@ -371,7 +371,6 @@ class Continuation:
         from `first` on is checkpointed (the proof is the checkpoint chain: an earlier
         continuation from `first` that published nothing is superseded, one that published a
         step is continued from after it); two concurrent continuations race for one name."""
-        from transforms import stream_checkpoint as ck
         folder, first = self.folder, self.first
         self.epoch = (first, self.attempt)
 
@@ -391,8 +390,6 @@ class Continuation:
         between a step's checkpoint and its files: the same bytes, from the checkpoint's
         records); -> those steps."""
         from apache_beam.io.filesystems import FileSystems
-        from pipelines.storage import remove_stale_temps
-        from transforms import stream_checkpoint as ck
         folder, done = steps_folder(job.public_path), []
         for stopped in (folder, self.folder, job.operator_path):  # a killed job's temp files
             remove_stale_temps(stopped)
@@ -464,7 +461,6 @@ def published_steps(job: job_config.JobConfig) -> dict:
 
 def published_release(job: job_config.JobConfig):
     """The release.json of the job's folder, or None; a damaged one is one error naming it."""
-    from transforms.claims import read_claim
     try:
         return read_claim(f"{job.public_path.rstrip('/')}/release.json")
     except OSError:
@@ -513,7 +509,6 @@ class Watch:
 def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: int) -> dict:
     """What the operator folder's summary.json says of a running streaming job (NOT private:
     exact dead-letter counts and publication times)."""
-    from pipelines import commit
     lags = [published[step]["seconds_after_step_end"] for step in sorted(published)
             if published[step]["seconds_after_step_end"] is not None]
     return {"steps_published": len(published), "horizon": job.steps.horizon,

@@ -25,6 +25,7 @@ import yaml
 from pipelines import config as job_config
 from pipelines import emulator as pubsub
 from pipelines import logs
+from pipelines import run
 
 CONFIG = os.path.join(job_config.CONFIG_DIR, "streaming", "active_users.yaml")
 TOPIC, SUBSCRIPTION = "active-users", "active-users"
@@ -100,7 +101,6 @@ def main(argv=None) -> int:
     if why is not None:
         print(f"error: {why}.", file=sys.stderr)
         return 2
-    from pipelines import run
     with pubsub.PubSubEmulator(project="dp-demo") as emulator, \
             tempfile.TemporaryDirectory(prefix="stream-demo-") as folder:
         emulator.subscription(TOPIC, SUBSCRIPTION)

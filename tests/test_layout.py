@@ -163,3 +163,36 @@ def test_no_product_module_dispatches_on_a_problem_class():
             for i, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1)
             if pattern.search(line)]
     assert hits == []
+
+
+def unexplained_local_imports(path):
+    """(line, text) of every import of a project module inside a function that does not say
+    why on its line (a trailing comment: e.g. it keeps a module Beam-free until needed)."""
+    source = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    lines = source.split("\n")
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    names = [inner.module or ""] if isinstance(inner, ast.ImportFrom) else \
+                        [alias.name for alias in inner.names]
+                    if any(n.split(".")[0] in PACKAGES for n in names) and \
+                            "#" not in lines[inner.end_lineno - 1]:
+                        found.append((inner.lineno, lines[inner.lineno - 1].strip()))
+    return sorted(set(found))
+
+
+def test_the_local_import_rule_can_fail(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from transforms import registry\n"
+                      "    from pipelines import gate  # Beam: only when asked\n"
+                      "    import json\n")
+    assert unexplained_local_imports(os.path.relpath(sample, ROOT)) == [
+        (2, "from transforms import registry")]
+
+
+@pytest.mark.parametrize("path", [p for p in modules()
+                                  if p.split(os.sep)[0] in ("transforms", "pipelines")])
+def test_a_product_import_inside_a_function_says_why(path):
+    assert unexplained_local_imports(path) == []

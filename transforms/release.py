@@ -23,6 +23,7 @@ from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, No
 from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
 from transforms.validation import fail
+from transforms.mechanisms.noise import ConstantNoiseSource
 
 # the key types a release selecting its keys may release (`ReleaseConfig.key_type`), each with
 # the Python type its keys have: 5 and "5" would be two keys published under one name
@@ -52,7 +53,6 @@ class NoNoise:
 
     def noise_source(self, release: bytes = b"",
                      version: str = NOISE_DOMAIN_VERSION) -> NoiseSource:
-        from transforms.mechanisms.noise import ConstantNoiseSource
         return ConstantNoiseSource(0.0)
 
     def fingerprint(self) -> str:

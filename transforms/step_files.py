@@ -25,6 +25,8 @@ from transforms.durable import create_if_absent
 from transforms.release import key_text
 from transforms.sinks import encode_records
 from transforms.validation import fail
+from transforms.streams import codec
+from transforms import stream_checkpoint as ck
 
 SUFFIXES = {"parquet": ".parquet", "jsonl": ".jsonl", "csv": ".csv"}
 
@@ -107,7 +109,6 @@ class StepFilesFn(beam.DoFn):
             return
         items = [json.loads(x) for x in records.read()]
         if self.checkpoint is not None:
-            from transforms.streams import codec
             states = sorted((codec.loads(item["state"]) for item in items),
                             key=lambda pair: key_text(pair[0]))
             items = [item["record"] for item in items]
@@ -131,7 +132,6 @@ class StepFilesFn(beam.DoFn):
         of an earlier epoch is taken over: its execution stopped before checkpointing the step
         (else this epoch would not start at or before it); the checkpoint, written once,
         decides which execution publishes the step."""
-        from transforms import stream_checkpoint as ck
         config, folder, epoch, execution = self.checkpoint
         epoch = tuple(epoch)
 
@@ -204,7 +204,6 @@ class WriteStepFiles(beam.PTransform):
             return lines | "PublishCompleteSteps" >> beam.ParDo(StepFilesFn(
                 self.folder, self.public_keys, self.formats))
         # checkpointed: the release's key states carry each key's record of the step too
-        from transforms.streams import codec
         lines = self.checkpoint.key_states | "ByStep" >> beam.Map(
             lambda item: (item[0], json.dumps({"record": item[1][2], "state": codec.dumps(
                 (item[1][0], item[1][1]))}, sort_keys=True)))

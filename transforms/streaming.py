@@ -38,6 +38,9 @@ from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
+from transforms.claims import guarded
+from transforms.stream_checkpoint import UnitLog
+from transforms.selecting import ReleaseSelected
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
 KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
@@ -626,8 +629,6 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
                               "horizon", "states")
     unit_log = None
     if checkpoint is not None:
-        from transforms.claims import guarded
-        from transforms.stream_checkpoint import UnitLog
         folder, execution, passed = checkpoint
         unit_log = UnitLog(folder, config, execution)
         # only the execution that claimed the release writes its unit log (a second execution
@@ -643,7 +644,6 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))
     if public_keys is None:  # keys selected privately: released per bucket of keys
-        from transforms.selecting import ReleaseSelected
         released = totals | "ReleaseSelectedKeys" >> ReleaseSelected(config)
         # records of selected keys from their selection step on + dead letters
         return Released(released.main, [stepped.dead_letters, truncated.dead_letters,
