@@ -45,7 +45,7 @@ class AssignSteps(beam.PTransform):
         batched = is_batched(events)
         # steps come from event times, not windows: one global window, whatever the input's
         # windowing (per-window truncation would bound a unit only within each window)
-        if not events.windowing.is_default():  # (WindowInto costs ~3 us an element)
+        if not events.windowing.is_default():  # (a WindowInto pass only when needed)
             events = events | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
         if batched:
             if not events.is_bounded:
