@@ -1,8 +1,8 @@
 """Time steps: event-time fixed windows of `size` seconds from `origin`, T steps.
 
 The step is a pure function of the event timestamp (window [origin + s size, origin + (s+1) size)),
-computed directly instead of with WindowInto, which costs a windowing pass per element (see
-docs/performance.md); the semantics are those of FixedWindows(size, offset=origin).
+computed directly instead of with WindowInto, which costs a windowing pass per element; the
+semantics are those of FixedWindows(size, offset=origin).
 """
 from __future__ import annotations
 
