@@ -51,3 +51,38 @@ def test_regimes(horizon):
 def test_bad_metric():
     with pytest.raises(ValueError, match=r"^`metric` must be one of 'max', 'mean'; got 'p99'\.$"):
         choose(10, {"rho": 1.0}, metric="p99")
+
+
+def test_a_new_mechanism_class_alone_enters_auto_and_make(monkeypatch):
+    """A mechanism describes itself (parameters, candidates, rank, notes): registering its
+    class is all `make`, `auto`'s candidates and `plan`'s notes need."""
+    import transforms.mechanisms as mechanisms
+    from transforms.mechanisms.choose import memory_note
+    from transforms.mechanisms.toeplitz import NaiveComposition
+
+    class Throwaway(NaiveComposition):
+        name = "throwaway"
+        accepts = ("spare",)
+        auto_rank = 65  # after the BLT, before naive composition
+
+        def __init__(self, horizon, budget, noise_source, *, spare=0, **kwargs):
+            super().__init__(horizon, budget, noise_source, **kwargs)
+
+        @classmethod
+        def candidates(cls, horizon, noise, pure_dp):
+            return [{"spare": 1}]
+
+        @classmethod
+        def memory_note(cls, noise):
+            return "nothing spare"
+
+    monkeypatch.setitem(mechanisms.MECHANISMS, "throwaway", Throwaway)
+    monkeypatch.setitem(mechanisms.PARAMS, "throwaway", Throwaway.accepts)
+    monkeypatch.setattr(mechanisms, "NAMES", tuple(mechanisms.MECHANISMS))
+    names = [name for name, _ in candidate_specs(100, "discrete", True)]
+    assert names[-3:] == ["throwaway", "naive_composition", "input_perturbation"]
+    assert ("throwaway", {"spare": 1}) in candidate_specs(100)
+    assert memory_note("throwaway") == "nothing spare"
+    _, table = choose(97, {"epsilon": 1.0})  # a horizon no other test caches
+    rows = {row.mechanism: row for row in table}
+    assert rows["throwaway"].max_se == rows["naive_composition"].max_se

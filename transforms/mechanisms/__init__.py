@@ -25,16 +25,7 @@ MECHANISMS = {cls.name: cls for cls in (BinaryTree, KaryTree, KarySubtraction, S
 NAMES = tuple(MECHANISMS)
 
 # Parameters each mechanism accepts through make(**params), besides noise_source and stream.
-_TREE_OPTIONS = ("sparsify", "prune")
-PARAMS = {"binary_tree": _TREE_OPTIONS, "kary_tree": ("k",) + _TREE_OPTIONS,
-          "kary_subtraction": ("k",) + _TREE_OPTIONS, "smooth_binary": _TREE_OPTIONS,
-          "sqrt_toeplitz": (), "naive_composition": (), "input_perturbation": (),
-          "blt": ("buffers", "metric", "decay_gaps", "inverse_gaps")}
-
-# Defaults where the arity is not given: the argmin of the leading error constant for the
-# noise (Andersson & Pagh 2023a Cor. 12: k = 19 under pure DP; Andersson et al. 2026 Thm 9.15: b = 5
-# for MaxSE under zCDP).
-DEFAULT_SUBTRACTION_K = {LAPLACE: 19, GAUSSIAN: 5}
+PARAMS = {name: cls.accepts for name, cls in MECHANISMS.items()}
 
 
 def make(name: str, horizon: int, *, epsilon=None, rho=None, delta=None, max_contributions=1,
@@ -58,8 +49,7 @@ def make(name: str, horizon: int, *, epsilon=None, rho=None, delta=None, max_con
         noise_source = make_noise_source(seed=seed, secret=secret)
     elif seed is not None or secret is not None:
         check.fail("noise_source", "None when `seed` or `secret` is given", noise_source)
-    if name == "kary_subtraction" and "k" not in params:
-        params["k"] = DEFAULT_SUBTRACTION_K[budget.noise]
+    params = {**MECHANISMS[name].default_params(budget.noise), **params}
     return MECHANISMS[name](horizon, budget, noise_source, max_contributions=max_contributions,
                            interval_bound=interval_bound, stream=stream, noise=noise,
                            **params)

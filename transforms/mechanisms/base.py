@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, List, Optional, Tuple
 
 import numpy as np
 
@@ -66,6 +66,31 @@ class ContinualMechanism(abc.ABC):
     # noise domain version, it is the release's `noise_derivation`: a release is only ever
     # continued by code deriving every node's noise exactly as before)
     node_indexing: ClassVar[int] = 1
+    # what `make(**params)` accepts besides the budget, noise and bounds (others are refused)
+    accepts: ClassVar[Tuple[str, ...]] = ()
+    # where `auto` lists it among its candidates (`choose.candidate_specs`), lowest first
+    auto_rank: ClassVar[int] = 0
+
+    @classmethod
+    def candidates(cls, horizon: int, noise: str, pure_dp: bool) -> List[dict]:
+        """The parameters `auto` compares this mechanism with at `horizon` (none: it is not
+        a candidate there)."""
+        return [{}]
+
+    @classmethod
+    def default_params(cls, noise_law: str) -> dict:
+        """What `make` fills in when it is not given, for the noise law (Laplace, Gaussian)."""
+        return {}
+
+    @classmethod
+    def state_note(cls, noise: str) -> str:
+        """What one key's state holds (`plan`'s table): a CounterState, 17 B."""
+        return "17 B"
+
+    @classmethod
+    def memory_note(cls, noise: str) -> str:
+        """What it holds in worker memory besides its per-key state (`plan`), or ""."""
+        return ""
 
     def __init__(self, horizon: int, budget: PrivacyBudget, noise_source: NoiseSource, *,
                  max_contributions: int = 1, interval_bound: int = 1, stream: StreamKey = b"",

@@ -51,6 +51,7 @@ from . import sensitivity
 from .base import ContinualMechanism
 
 DEFAULT_BUFFERS = 6
+ERROR_METRICS = ("max", "mean")  # what a BLT is optimised for (MaxSE, MeanSE)
 MAX_BUFFERS = 8
 METRICS = ("max", "mean")
 _STREAM_CACHE_ENTRIES = 1 << 16  # per-stream buffers kept in memory (each d + 2 floats)
@@ -228,6 +229,22 @@ class BufferedToeplitz(ContinualMechanism):
     horizon (see the module docstring). Float noise only."""
 
     name = "blt"
+    accepts = ("buffers", "metric", "decay_gaps", "inverse_gaps")
+    auto_rank = 60
+
+    @classmethod
+    def candidates(cls, horizon, noise, pure_dp):
+        # float noise only: O(d) streaming memory at near square-root error
+        return [{"buffers": DEFAULT_BUFFERS, "metric": m} for m in ERROR_METRICS] \
+            if noise == "float" else []
+
+    @classmethod
+    def state_note(cls, noise):
+        return "17 B (+ d + 2 floats per stream in memory, re-derived from the seam)"
+
+    @classmethod
+    def memory_note(cls, noise):
+        return "+ d + 2 floats per stream in worker memory"
 
     def __init__(self, horizon, budget, noise_source, *, buffers: int = DEFAULT_BUFFERS,
                  metric: str = "max", decay_gaps=None, inverse_gaps=None, **kwargs):

@@ -11,10 +11,7 @@ from .base import ContinualMechanism
 from .discrete import NoiseTooLarge
 from .noise import ConstantNoiseSource
 
-METRICS = ("max", "mean")
-ODD_ARITIES = tuple(range(3, 42, 2))
-PLAIN_ARITIES = (2, 3, 4, 5, 6, 8)
-BLT_BUFFERS = 6
+from .blt import ERROR_METRICS as METRICS  # noqa: E402 (the error metrics: MaxSE, MeanSE)
 
 # Per-key state: a release stores each key's mechanism state sealed with a 16-byte tag (its
 # release, secret and key: `transforms.release.RecordMaker.seal`), in Beam state (streaming) and
@@ -75,42 +72,24 @@ class Candidate:
 
 def candidate_specs(horizon: int, noise: str = "discrete", pure_dp: bool = False
                     ) -> List[Tuple[str, dict]]:
-    specs = [("binary_tree", {"sparsify": s}) for s in (True, False)]
-    specs += [("kary_tree", {"k": k, "sparsify": s}) for k in PLAIN_ARITIES[1:]
-              for s in (True, False)]
-    specs += [("kary_subtraction", {"k": k, "sparsify": s}) for k in ODD_ARITIES
-              for s in (True, False) if k <= max(3, 2 * horizon)]
-    specs += [("smooth_binary", {})]
-    # the discrete square root is calibrated for zCDP and horizons up to 2^20
-    if noise == "float" or (not pure_dp and horizon <= 1 << 20):
-        specs += [("sqrt_toeplitz", {})]
-    # the BLT has float noise only: O(d) streaming memory at near square-root error
-    if noise == "float":
-        specs += [("blt", {"buffers": BLT_BUFFERS, "metric": m}) for m in METRICS]
-    specs += [("naive_composition", {}), ("input_perturbation", {})]
-    return specs
+    """(name, params) of every candidate `auto` compares: each mechanism's own list
+    (`candidates`), in the order of their `auto_rank`."""
+    from . import MECHANISMS  # late: the factory imports this module's package
+    return [(cls.name, params)
+            for cls in sorted(MECHANISMS.values(), key=lambda cls: cls.auto_rank)
+            for params in cls.candidates(horizon, noise, pure_dp)]
 
 
 def _state_description(name: str, noise: str = "float") -> str:
-    if name == "sqrt_toeplitz" and noise == "discrete":
-        return "O(T): 16 B per step (x and round(R x / g) history)"
-    if name == "blt":
-        return "17 B (+ d + 2 floats per stream in memory, re-derived from the seam)"
-    if name in ("sqrt_toeplitz", "input_perturbation"):
-        return "17 B (+ O(T) noise vector re-derived from the seam)"
-    return "17 B"
+    from . import MECHANISMS  # late: the factory imports this module's package
+    return MECHANISMS[name].state_note(noise)
 
 
 def memory_note(name: str, noise: str = "discrete") -> str:
     """What a mechanism holds in worker memory besides its per-key state (or why the state
     grows), for `pipelines.plan`."""
-    if name == "sqrt_toeplitz" and noise == "discrete":
-        return "16 B per step: the input history"
-    if name == "blt":
-        return "+ d + 2 floats per stream in worker memory"
-    if name in ("sqrt_toeplitz", "input_perturbation"):
-        return "+ O(T) noise vector per stream in worker memory"
-    return ""
+    from . import MECHANISMS  # late: the factory imports this module's package
+    return MECHANISMS[name].memory_note(noise)
 
 
 def evaluate(horizon: int, privacy: dict, max_contributions: int = 1, interval_bound: int = 1,

@@ -40,11 +40,11 @@ def _binomial_table(n: int) -> np.ndarray:
 
 
 class SmoothBinary(TreeMechanism):
-    """Smooth binary mechanism (Andersson & Pagh 2023b): data only in leaves with h/2 ones, so every
-    output
-    combines exactly h/2 nodes and every step has the same noise distribution."""
+    """Smooth binary mechanism (Andersson & Pagh 2023b): data only in leaves with h/2 ones, so
+    every output combines exactly h/2 nodes and every step has the same noise distribution."""
 
     name = "smooth_binary"
+    auto_rank = 40
     prefix_is_step = False
     # 2: compact node indexing (`compact_index`): the noise index of a node is its rank among
     # the level's usable nodes, so derived noise blocks are dense (1 indexed by parent).

@@ -167,6 +167,22 @@ class SqrtToeplitz(ToeplitzMechanism):
     """
 
     name = "sqrt_toeplitz"
+    auto_rank = 50
+
+    @classmethod
+    def candidates(cls, horizon, noise, pure_dp):
+        # the discrete square root is calibrated for zCDP and horizons up to 2^20
+        return [{}] if noise == "float" or (not pure_dp and horizon <= 1 << 20) else []
+
+    @classmethod
+    def state_note(cls, noise):
+        return "O(T): 16 B per step (x and round(R x / g) history)" if noise == "discrete" \
+            else "17 B (+ O(T) noise vector re-derived from the seam)"
+
+    @classmethod
+    def memory_note(cls, noise):
+        return "16 B per step: the input history" if noise == "discrete" \
+            else "+ O(T) noise vector per stream in worker memory"
 
     def __init__(self, horizon, budget, noise_source, **kwargs):
         super().__init__(horizon, budget, noise_source, **kwargs)
@@ -372,6 +388,7 @@ class NaiveComposition(ToeplitzMechanism):
     """L = I, R = A: every step gets fresh noise calibrated to the whole horizon."""
 
     name = "naive_composition"
+    auto_rank = 70
 
     def left_coefficients(self):
         return np.concatenate(([1.0], np.zeros(self.horizon - 1)))
@@ -393,6 +410,15 @@ class InputPerturbation(ToeplitzMechanism):
     """L = A, R = I: noise on every input; the output adds up all noise so far."""
 
     name = "input_perturbation"
+    auto_rank = 80
+
+    @classmethod
+    def state_note(cls, noise):
+        return "17 B (+ O(T) noise vector re-derived from the seam)"
+
+    @classmethod
+    def memory_note(cls, noise):
+        return "+ O(T) noise vector per stream in worker memory"
 
     def left_coefficients(self):
         return np.ones(self.horizon)

@@ -34,6 +34,7 @@ import numpy as np
 
 from transforms import validation as check
 from .base import ContinualMechanism
+from .privacy import LAPLACE
 from .tree_plans import PREFETCH_STEPS, StepPlans  # noqa: F401  (PREFETCH_STEPS re-exported)
 
 # Above this horizon the sparsified sensitivity is not enumerated; the structural count (every
@@ -52,9 +53,16 @@ def _smallest_height(max_digit: int, k: int, horizon: int) -> int:
     return h
 
 
+# the arities `auto` compares (plain trees, and trees with subtraction: odd k)
+PLAIN_ARITIES = (2, 3, 4, 5, 6, 8)
+ODD_ARITIES = tuple(range(3, 42, 2))
+TREE_OPTIONS = ("sparsify", "prune")
+
+
 class TreeMechanism(StepPlans, ContinualMechanism):
     """Shared implementation; subclasses fix arity, digit range, height and the leaf maps."""
 
+    accepts = TREE_OPTIONS
     arity: int
     digit_low: int
     height: int
@@ -417,6 +425,12 @@ class KaryTree(TreeMechanism):
     """k-ary tree mechanism (Andersson & Pagh 2023a Alg. 1); k = 2 is the binary tree mechanism."""
 
     name = "kary_tree"
+    accepts = ("k",) + TREE_OPTIONS
+    auto_rank = 20
+
+    @classmethod
+    def candidates(cls, horizon, noise, pure_dp):
+        return [{"k": k, "sparsify": s} for k in PLAIN_ARITIES[1:] for s in (True, False)]
 
     def __init__(self, horizon, budget, noise_source, *, k: int = 2, **kwargs):
         self.arity = check.integer_at_least("k", k, 2)
@@ -429,6 +443,12 @@ class BinaryTree(KaryTree):
     """Binary tree mechanism: left subtrees only, root unused."""
 
     name = "binary_tree"
+    accepts = TREE_OPTIONS
+    auto_rank = 10
+
+    @classmethod
+    def candidates(cls, horizon, noise, pure_dp):
+        return [{"sparsify": s} for s in (True, False)]
 
     def __init__(self, horizon, budget, noise_source, **kwargs):
         super().__init__(horizon, budget, noise_source, k=2, **kwargs)
@@ -441,6 +461,20 @@ class KarySubtraction(TreeMechanism):
     """k-ary tree with subtraction (Andersson & Pagh 2023a Alg. 2/3; even k as in App. A.3)."""
 
     name = "kary_subtraction"
+    accepts = ("k",) + TREE_OPTIONS
+    auto_rank = 30
+
+    @classmethod
+    def candidates(cls, horizon, noise, pure_dp):
+        return [{"k": k, "sparsify": s} for k in ODD_ARITIES for s in (True, False)
+                if k <= max(3, 2 * horizon)]
+
+    @classmethod
+    def default_params(cls, noise_law):
+        """k: the argmin of the leading error constant for the noise (Andersson & Pagh 2023a
+        Cor. 12: k = 19 under pure DP; Andersson et al. 2026 Thm 9.15: b = 5 for MaxSE under
+        zCDP)."""
+        return {"k": 19 if noise_law == LAPLACE else 5}
 
     def __init__(self, horizon, budget, noise_source, *, k: int = 19, **kwargs):
         self.arity = check.integer_at_least("k", k, 3)
