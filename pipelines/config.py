@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
-import numbers
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -23,6 +21,7 @@ from transforms.mechanisms import NAMES
 from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY, MIN_STATE_BYTES_PER_KEY
 from transforms.mechanisms.privacy import check_small_delta
 from transforms.validation import ValidationError as ConfigError  # noqa: F401 (re-export)
+from transforms import validation as check
 from transforms.validation import fail
 
 TRANSFORMS = registry.NAMES
@@ -54,19 +53,6 @@ def _section(raw, name, allowed, required=()):
         if raw.get(key) is None:
             fail(f"{name}.{key}" if name else key, "given", None)
     return raw
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        fail(name, "an integer >= 1", value)
-    return value
-
-
-def _positive_number(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(
-            value) or value <= 0:
-        fail(name, "a positive finite number", value)
-    return float(value)
 
 
 def parse_time(name, given) -> float:
@@ -368,8 +354,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     origin = parse_time("steps.origin", steps["origin"])
     if not TIME_RANGE[0] <= origin <= TIME_RANGE[1]:
         fail("steps.origin", "a time in the years 1 to 9999", steps["origin"])
-    size = _positive_number("steps.size_seconds", steps["size_seconds"])
-    horizon = _positive_int("steps.horizon", steps["horizon"])
+    size = check.positive_finite("steps.size_seconds", steps["size_seconds"])
+    horizon = check.integer_at_least("steps.horizon", steps["horizon"], 1)
     if horizon > MAX_HORIZON:  # per-key arrays of T values: memory and time stay bounded
         fail("steps.horizon", f"<= {MAX_HORIZON} (2^22 steps: each key holds T values)",
              horizon)
@@ -382,8 +368,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
             fail(f"steps.{name}", "absent for input.kind 'files' (a streaming setting)",
                  steps[name])
     if "release_delay_steps" in steps:
-        timing["release_delay_steps"] = _positive_int("steps.release_delay_steps",
-                                                      steps["release_delay_steps"])
+        timing["release_delay_steps"] = check.integer_at_least(
+            "steps.release_delay_steps", steps["release_delay_steps"], 1)
     lateness = steps.get("allowed_lateness_seconds", 0)
     if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
             0 <= lateness <= timing.get("release_delay_steps", 1) * size / 2):
@@ -413,7 +399,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("privacy", "exactly one of epsilon or rho (with an optional delta for epsilon)",
              privacy)
     for name, value in privacy.items():
-        _positive_number(f"privacy.{name}", value)
+        check.positive_finite(f"privacy.{name}", value)
     # absent, not null: `public_keys:` left empty is an error, not a release selecting keys
     selects = registry.SPECS[transform].single_key is None and \
         "public_keys" not in raw and "public_keys_file" not in raw
@@ -446,13 +432,13 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                 fail("bounds.semantics", "one of 'count', 'set'", value)
         elif name in ("max_value", "value_resolution"):
             if value is not None:
-                _positive_number(f"bounds.{name}", value)
+                check.positive_finite(f"bounds.{name}", value)
         elif name == "sum_share":
-            if value is not None and not 0 < _positive_number("bounds.sum_share", value) < 1:
+            if value is not None and not 0 < check.positive_finite("bounds.sum_share", value) < 1:
                 fail("bounds.sum_share", "a number in (0, 1) (the sum part's share of the "
                                          "budget)", value)
         elif value is not None:
-            _positive_int(f"bounds.{name}", value)
+            check.integer_at_least(f"bounds.{name}", value, 1)
             if value > MAX_BOUND:  # sensitivities are computed exactly in integers
                 fail(f"bounds.{name}", f"<= {MAX_BOUND} (2^31)", value)
         if name == "max_value" and value is not None and value > 1e15:

@@ -54,6 +54,7 @@ from typing import Optional
 
 from pipelines import config as job_config
 from pipelines.plan_command import COMMAND, plan_arguments
+from transforms import validation as check
 from transforms.accountant import gate_budget, part_kwargs, share_budget
 from transforms.calibration import (SPLIT, calibrate, choose_calibrated, full_privacy,
                                     split_privacy)
@@ -80,30 +81,34 @@ class _UsageError(Exception):
 
 
 def _positive_int(name, minimum=1):
+    """An argument parser: the one rule (`validation.integer_at_least`); text that is not an
+    integer is echoed as typed."""
     def parse(text):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"`{name}` must be an integer >= {minimum}; got {text!r}.")
-        if value < minimum:
-            raise argparse.ArgumentTypeError(
-                f"`{name}` must be an integer >= {minimum}; got {value}.")
-        return value
+            raise argparse.ArgumentTypeError(check.message(
+                name, f"an integer >= {minimum}", text)) from None
+        try:
+            return check.integer_at_least(name, value, minimum)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
     return parse
 
 
 def _positive_float(name, below_one=False):
+    """An argument parser: the one rule (`validation.is_positive_finite` or
+    `is_in_open_unit_interval`), the text echoed as typed."""
+    rule, condition = (check.is_in_open_unit_interval, check.OPEN_UNIT_INTERVAL) if below_one \
+        else (check.is_positive_finite, check.POSITIVE_FINITE)
+
     def parse(text):
         try:
             value = float(text)
         except ValueError:
             value = None
-        ok = value is not None and math.isfinite(value) and value > 0 and (
-            not below_one or value < 1)
-        if not ok:
-            condition = "a number in (0, 1)" if below_one else "a positive finite number"
-            raise argparse.ArgumentTypeError(f"`{name}` must be {condition}; got {text!r}.")
+        if value is None or not rule(value):
+            raise argparse.ArgumentTypeError(check.message(name, condition, text))
         return value
     return parse
 

@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import numbers
 from typing import Any, Optional, Protocol, Tuple
 
 import numpy as np
@@ -108,18 +107,6 @@ def _is_sha256_hex(text) -> bool:
         c in "0123456789abcdef" for c in text)
 
 
-def _is_positive_finite(value) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
-            and math.isfinite(value) and value > 0)
-
-
-def _one_of_str(name: str, text, allowed) -> str:
-    """`one_of` for str fields: a value of another type is refused even when it compares equal."""
-    if not isinstance(text, str) or text not in allowed:
-        fail(name, "one of " + ", ".join(map(repr, allowed)), text)
-    return text
-
-
 def _named_pairs(name: str, value) -> Tuple[Tuple[str, Any], ...]:
     """A dict frozen as `tuple(sorted(d.items()))`: (str, value) pairs, each name once, in
     increasing name order (the one spelling of a dict, so equal configurations compare equal)."""
@@ -178,11 +165,11 @@ class ReleaseConfig:
         (its methods are only looked up) and no field is converted."""
         if not isinstance(self.steps, TimeSteps):
             fail("steps", "a TimeSteps(origin, size, horizon)", self.steps)
-        _one_of_str("mechanism", self.mechanism, NAMES)
+        check.one_of_str("mechanism", self.mechanism, NAMES)
         _named_pairs("params", self.params)
         key_privacy = _named_pairs("key_privacy", self.key_privacy)
         if len(key_privacy) != 1 or key_privacy[0][0] not in ("epsilon", "rho") \
-                or not _is_positive_finite(key_privacy[0][1]):
+                or not check.is_positive_finite(key_privacy[0][1]):
             fail("key_privacy", "exactly one of (('epsilon', e),) or (('rho', r),), e or r a "
                                 "positive finite number", key_privacy)
         _named_pairs("total_privacy", self.total_privacy)
@@ -206,7 +193,7 @@ class ReleaseConfig:
         if not _is_sha256_hex(self.descriptor_digest):
             fail("descriptor_digest", "64 lowercase hex digits (the release descriptor's "
                                       "SHA-256)", self.descriptor_digest)
-        _one_of_str("noise_kind", self.noise_kind, NOISE_KINDS)
+        check.one_of_str("noise_kind", self.noise_kind, NOISE_KINDS)
         check.boolean("private", self.private)
         check.positive_finite("value_scale", self.value_scale)
         check.boolean("diagnostics", self.diagnostics)
@@ -225,7 +212,7 @@ class ReleaseConfig:
                                        "`fingerprint()`)", self.secret_fingerprint)
         # None stays allowed here: `build` refuses it, with the reason (see the field)
         if self.noise_version is not None:
-            _one_of_str("noise_version", self.noise_version, NOISE_VERSIONS)
+            check.one_of_str("noise_version", self.noise_version, NOISE_VERSIONS)
 
     @property
     def release_binding(self) -> bytes:

@@ -23,10 +23,22 @@ def fail(name: str, condition: str, value, error: type = ValidationError) -> Non
     raise error(message(name, condition, value))
 
 
+POSITIVE_FINITE = "a positive finite number"
+OPEN_UNIT_INTERVAL = "a number in (0, 1)"
+
+
+def is_positive_finite(value) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
+            and math.isfinite(value) and value > 0)
+
+
+def is_in_open_unit_interval(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 < value < 1
+
+
 def positive_finite(name: str, value) -> float:
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value <= 0):
-        fail(name, "a positive finite number", value)
+    if not is_positive_finite(value):
+        fail(name, POSITIVE_FINITE, value)
     return float(value)
 
 
@@ -37,15 +49,22 @@ def integer_at_least(name: str, value, minimum: int) -> int:
 
 
 def open_unit_interval(name: str, value) -> float:
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not 0 < value < 1):
-        fail(name, "a number in (0, 1)", value)
+    if not is_in_open_unit_interval(value):
+        fail(name, OPEN_UNIT_INTERVAL, value)
     return float(value)
 
 
 def one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         fail(name, "one of " + ", ".join(repr(a) for a in allowed), value)
+
+
+def one_of_str(name: str, text, allowed) -> str:
+    """`one_of` for str fields: a value of another type is refused even when it compares
+    equal."""
+    if not isinstance(text, str) or text not in allowed:
+        fail(name, "one of " + ", ".join(map(repr, allowed)), text)
+    return text
 
 
 def boolean(name: str, value) -> bool:
