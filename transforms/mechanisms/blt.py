@@ -375,37 +375,19 @@ class BufferedToeplitz(ContinualMechanism):
         return np.array(out, dtype=np.float64), (steps + z.shape[0], acc, buffers)
 
     def _kernel(self):
-        """u = z - (w_1 b_1 + ... + w_d b_d) (left to right); b_i = theta_i b_i + u; acc += u,
-        generated once per mechanism with the parameters as constants."""
+        """u = z - (w_1 b_1 + ... + w_d b_d) (left to right); b_i = theta_i b_i + u; acc += u:
+        the recurrence over z, with the parameters bound once per mechanism."""
         if "kernel" not in self._cache:
-            names, read, update = self._recurrence("b{i}")
-            self._cache["kernel"] = self._compiled("kernel", (
-                f"def kernel(zs, acc, buffers):\n"
-                f"    {names}, = buffers\n"
-                f"    out = []\n"
-                f"    append = out.append\n"
-                f"    for zt in zs:\n"
-                f"        u = zt - ({read})\n"
-                f"        {update}\n"
-                f"        acc = acc + u\n"
-                f"        append(acc)\n"
-                f"    return out, acc, [{names}]\n"))
+            step = _recurrence(tuple(self._weight_list), tuple(self._theta_list))
+
+            def kernel(zs, acc, buffers):
+                out = []
+                for zt in zs:
+                    acc = step(zt, acc, buffers)
+                    out.append(acc)
+                return out, acc, buffers
+            self._cache["kernel"] = kernel
         return self._cache["kernel"]
-
-    def _recurrence(self, target: str):
-        """The recurrence's source text: (buffer names, the weighted read, the update of each
-        buffer into `target` (formatted with i)), the same expressions for batch and step."""
-        names = ", ".join(f"b{i}" for i in range(self.buffers))
-        read = " + ".join(f"{w!r} * b{i}" for i, w in enumerate(self._weight_list))
-        update = "; ".join(f"{target.format(i=i)} = {t!r} * b{i} + u"
-                           for i, t in enumerate(self._theta_list))
-        return names, read, update
-
-    def _compiled(self, name: str, source: str):
-        """A function generated from numeric constants only (never from data)."""
-        namespace = {}
-        exec(compile(source, f"<blt {name} d={self.buffers}>", "exec"), namespace)  # noqa: S102
-        return namespace[name]
 
     def _unit_noise(self, start, count):
         entries = self._cache.setdefault("blt_buffers", {})
@@ -436,16 +418,30 @@ class BufferedToeplitz(ContinualMechanism):
         return float(self._unit_noise(start, 1)[0])
 
     def _step_kernel(self):
-        """`_kernel`'s loop body for one z on an entry [steps, acc, buffers], in place."""
-        names, read, update = self._recurrence("buffers[{i}]")
-        self._cache["step_kernel"] = self._compiled("step", (
-            f"def step(zt, entry):\n"
-            f"    buffers = entry[2]\n"
-            f"    {names}, = buffers\n"
-            f"    u = zt - ({read})\n"
-            f"    {update}\n"
-            f"    acc = entry[1] + u\n"
-            f"    entry[1] = acc\n"
-            f"    entry[0] += 1\n"
-            f"    return acc\n"))
-        return self._cache["step_kernel"]
+        """`_kernel`'s recurrence for one z on an entry [steps, acc, buffers], in place."""
+        step = _recurrence(tuple(self._weight_list), tuple(self._theta_list))
+
+        def one(zt, entry):
+            acc = entry[1] = step(zt, entry[1], entry[2])
+            entry[0] += 1
+            return acc
+        self._cache["step_kernel"] = one
+        return one
+
+
+def _recurrence(weights: Tuple[float, ...], thetas: Tuple[float, ...]):
+    """One step of the BLT noise recurrence on `buffers` (a list, updated in place): the
+    weighted read summed left to right from its first term (the order the generated sums had:
+    bit for bit the same floats), u = z - read, b_i = theta_i b_i + u; -> acc + u."""
+    rest = tuple(zip(range(1, len(weights)), weights[1:]))
+    first, indexed = weights[0], tuple(enumerate(thetas))
+
+    def step(zt, acc, buffers):
+        read = first * buffers[0]
+        for i, w in rest:
+            read += w * buffers[i]
+        u = zt - read
+        for i, t in indexed:
+            buffers[i] = t * buffers[i] + u
+        return acc + u
+    return step
