@@ -43,7 +43,7 @@ from transforms.mechanisms.privacy import (LAPLACE, PrivacyBudget, check_small_d
 from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
-from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id, derived_release_id,
+from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id, new_release_id,
                                 descriptor_digest, key_text, public_key_digest)
 from transforms.secret import SecretRef
 from transforms.bounded import release_bounded
@@ -388,16 +388,9 @@ class ContinualBase(beam.PTransform):
         digest = descriptor_digest(self.descriptor)
         if self.part_of is not None:
             self.release_id = self._given_release_id or UNJOINED  # until `join`
-        elif self._given_release_id is not None:
-            self.release_id = self._given_release_id
-        elif not self.private:
-            self.release_id = derived_release_id(self.secret.secret_bytes(), digest)
         else:
-            self.release_id = secrets.token_hex(16)
-        if not self.private and self.part_of is None:
-            logging.getLogger(__name__).warning(
-                "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
-                "and subtracted; records are marked private: false", self.release_id)
+            self.release_id = new_release_id(self._given_release_id, self.private, self.secret,
+                                             digest)
         return ReleaseConfig(
             steps=self.steps, mechanism=name, params=tuple(sorted(params.items())),
             key_privacy=tuple(sorted(key_privacy.items())),

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
-import secrets
 from typing import Any, Dict, Optional, Tuple
 
 import apache_beam as beam
@@ -42,7 +40,7 @@ from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
                                            check_state_budget)
 from transforms.mechanisms.ratio import QuantileCurve, best_split, ratio_interval, step_noise
 from transforms.messages import Released
-from transforms.release import derived_release_id, descriptor_digest, public_key_digest
+from transforms.release import descriptor_digest, new_release_id, public_key_digest
 from transforms.streams import ContributionBounds
 from transforms.streams.count import value_resolution as grid_of
 from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
@@ -169,18 +167,10 @@ class ContinualMean(ContinualBase):
         if self.gate is not None:  # (absent otherwise: the digests of releases before)
             self.descriptor["gate"] = self.gate
         self._digest = descriptor_digest(self.descriptor)
-        if self._given_release_id is not None:
-            self.release_id = self._given_release_id
-        elif not self.private:
-            self.release_id = derived_release_id(self.secret.secret_bytes(), self._digest)
-        else:
-            self.release_id = secrets.token_hex(16)
+        self.release_id = new_release_id(self._given_release_id, self.private, self.secret,
+                                         self._digest)
         for part in self.parts.values():
             part.join(self.release_id)
-        if not self.private:
-            logging.getLogger(__name__).warning(
-                "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
-                "and subtracted; records are marked private: false", self.release_id)
         self.state_bytes_per_key = sum(p.state_bytes_per_key for p in self.parts.values())
         return self.parts[COUNT].config  # the census and claims use its secret and binding
 

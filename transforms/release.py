@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
+import secrets
 from typing import Any, Optional, Protocol, Tuple
 
 import numpy as np
@@ -89,6 +91,23 @@ def derived_release_id(secret: bytes, digest: str) -> str:
     """The release id of an insecure (seeded) release: reproducible from the seed."""
     return hashlib.sha256(b"dp-continual-release/release-id\x00" + secret
                           + bytes.fromhex(digest)).hexdigest()[:32]
+
+
+def new_release_id(given: Optional[str], private: bool, secret, digest: str) -> str:
+    """The id of a release with descriptor `digest`: `given` (a release continued), else one
+    derived from the fixed seed and the descriptor (an insecure release: reproducible, and
+    logged as insecure), else 128 fresh random bits."""
+    if given is not None:
+        release_id = given
+    elif not private:
+        release_id = derived_release_id(secret.secret_bytes(), digest)
+    else:
+        return secrets.token_hex(16)
+    if not private:
+        logging.getLogger(__name__).warning(
+            "release %s uses a fixed seed (insecure=True): its noise can be regenerated "
+            "and subtracted; records are marked private: false", release_id)
+    return release_id
 
 
 def check_release_id(release_id) -> str:
