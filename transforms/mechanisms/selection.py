@@ -84,7 +84,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from transforms import validation as check
-from . import tails
+from . import laplace_sums, tails
 from .base import ContinualMechanism
 
 _ROUNDING = 1e-9  # relative margin on a delta sum (float rounding of T tail values)
@@ -133,8 +133,9 @@ def _noise(mechanism) -> _Noise:
 
 
 def _golden_minimum(exponent, shape) -> np.ndarray:
-    """`tails._golden_minimum` with _GOLDEN iterations (a tighter bracket for the exponent)."""
-    return tails._golden_minimum(exponent, shape, _GOLDEN)
+    """`laplace_sums.golden_minimum` with _GOLDEN iterations (a tighter bracket for the
+    exponent)."""
+    return laplace_sums.golden_minimum(exponent, shape, _GOLDEN)
 
 
 def _chernoff(noise: _Noise, s: np.ndarray) -> np.ndarray:
