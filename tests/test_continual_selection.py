@@ -23,7 +23,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from tests.support.beam import AppendJson, read_json_lines, run
 from transforms import ContinualCount, ContinualCountDistinct, ContinualSum, TimeSteps
-from transforms.continual import ContinualDegreeCount
+from transforms.statistics import ContinualDegreeCount
 from transforms.mean import ContinualMean
 from transforms.mechanisms import selection
 from transforms.messages import StepWindow

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from transforms.continual import ContinualCount
+from transforms.statistics import ContinualCount
 from transforms.release import NoNoise, ReleaseConfig
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps

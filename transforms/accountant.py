@@ -15,7 +15,8 @@ from typing import Dict, Mapping
 
 from transforms import validation as check
 from transforms.mechanisms.accounting import PureDp, Zcdp, compose
-from transforms.mechanisms.privacy import LAPLACE, PrivacyBudget
+from transforms.mechanisms.discrete import NoiseTooLarge
+from transforms.mechanisms.privacy import LAPLACE, PrivacyBudget, epsilon_from_rho
 
 
 def total_event(budget: PrivacyBudget):
@@ -82,3 +83,66 @@ def gate_budget(budget: PrivacyBudget, share: float):
                                  f"check beside the release)", share)
     parts = share_budget(budget, {"gate": share, "release": 1.0 - share})
     return {"share": share, "budget": part_kwargs(parts["gate"])}, parts["release"]
+
+
+def selection_budget(selects: bool, epsilon, rho, delta, selection_delta):
+    """(the delta key selection spends or None, the delta left to the counting budget).
+
+    Selection costs delta only (docs/selection.md): under epsilon alone or rho it is
+    `selection_delta` (with rho, `delta` may name it); under (epsilon, delta) it is a part of
+    delta (default half) and the key budget's conversion gets the rest."""
+    if not selects:
+        if selection_delta is not None:
+            check.fail("selection_delta", "None when public_keys are given (only a release "
+                                          "that selects its keys spends it)", selection_delta)
+        return None, delta
+    if rho is not None:
+        if delta is not None and selection_delta is not None:
+            check.fail("selection_delta", "None when `delta` is given with `rho` (under zCDP "
+                                          "`delta` is the selection's)", selection_delta)
+        given = selection_delta if selection_delta is not None else delta
+        if given is None:
+            check.fail("delta", "given with `rho` when public_keys are not (selecting keys "
+                                "privately spends a delta, e.g. delta=1e-6)", None)
+        return check.open_unit_interval("delta", given), None
+    if delta is None:
+        if selection_delta is None:
+            check.fail("selection_delta", "given when public_keys are not and the budget is "
+                                          "epsilon alone (selecting keys privately spends a "
+                                          "delta, e.g. selection_delta=1e-6)", None)
+        return check.open_unit_interval("selection_delta", selection_delta), None
+    delta = check.open_unit_interval("delta", delta)
+    if selection_delta is None:
+        return delta / 2.0, delta / 2.0
+    chosen = check.open_unit_interval("selection_delta", selection_delta)
+    if not chosen < delta:
+        check.fail("selection_delta", f"below delta ({delta:g}: the rest converts the key "
+                                      f"budget)", chosen)
+    return chosen, delta - chosen
+
+
+def round_up(value: float, digits: int = 3) -> float:
+    """`value` rounded up to `digits` significant digits (a minimum stated in a message)."""
+    if not value > 0 or not math.isfinite(value):
+        return value
+    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return math.ceil(value / scale) * scale
+
+
+def refuse_noise(budget: PrivacyBudget, error: NoiseTooLarge, what: str = "",
+                 grid: bool = False):
+    """Restate a mechanism's `NoiseTooLarge` in the user's budget, in one line: the smallest
+    epsilon (or rho) whose discrete noise fits, from the parameter checked (proportional to
+    1 / epsilon or 1 / rho: the key budget is a fixed fraction of the total)."""
+    ratio = error.parameter / error.limit
+    if budget.noise == LAPLACE:
+        name, value, minimum = "epsilon", budget.epsilon, budget.epsilon * ratio
+    elif budget.delta is None:
+        name, value, minimum = "rho", budget.rho, budget.rho * ratio
+    else:  # (epsilon, delta): the epsilon whose rho is large enough
+        name, value = "epsilon", budget.epsilon
+        minimum = epsilon_from_rho(budget.rho * ratio, budget.delta)
+    check.fail(name, f">= {round_up(minimum):.3g} with these bounds ({what}{error.kind} noise "
+                     f"parameter {error.parameter:.3g} > {error.limit:g}; or lower the bounds"
+                     f"{', a coarser value_resolution' if grid else ''}, or noise='float')",
+               value)

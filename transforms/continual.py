@@ -1,6 +1,7 @@
-"""The six continual-release transforms: each validates its arguments, resolves the mechanism
-and the release identity, and runs one of the two pipelines (`transforms.bounded` for bounded
-input, `transforms.streaming` for unbounded input):
+"""What every continual-release transform shares (`ContinualBase`; the statistics are in
+`transforms.statistics`): it validates its arguments, resolves the mechanism and the release
+identity, and runs one of the two pipelines (`transforms.bounded` for bounded input,
+`transforms.streaming` for unbounded input):
 
     counts = events | ContinualCount(steps=TimeSteps(origin, 3600, 24 * 30), public_keys=regions,
                                      rho=0.5, max_contributions=10, secret=SecretRef(env="DP"))
@@ -20,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import secrets
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
@@ -36,109 +36,26 @@ from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, RELEASE_TAG_BYTES,
                                            STATE_BUDGET, check_state_budget,
                                            over_budget_condition)
-from transforms.accountant import gate_budget
+from transforms.accountant import gate_budget, refuse_noise, selection_budget
 from transforms.mechanisms.discrete import NoiseTooLarge
-from transforms.mechanisms.privacy import (LAPLACE, PrivacyBudget, check_small_delta,
-                                           epsilon_from_rho)
+from transforms.mechanisms.privacy import PrivacyBudget, check_small_delta
 from transforms.mechanisms import selection as key_selection
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
                                     full_privacy, split_privacy)
-from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id, new_release_id,
-                                descriptor_digest, key_text, public_key_digest)
+from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id, checked_public_keys,
+                                descriptor_digest, new_release_id, public_key_digest)
 from transforms.secret import SecretRef
 from transforms.bounded import release_bounded
 from transforms.messages import Released, StepWindow
 from transforms.streaming import release_streaming
 from transforms.steps import TimeSteps
-from transforms.streams import ContributionBounds, count_distinct
-from transforms.streams.count import value_resolution as grid_of
-from transforms.streams.records import Declaration, is_id
-from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
-                                      EntityProblem, Problem, TriangleProblem)
+from transforms.streams.units import Problem
 
 
 UNJOINED = "0" * 32  # the release id of a part until its composite gives it its own
 
 
 POSTPROCESS = (None, "nonnegative")  # what a release may apply to its released running totals
-
-
-def _checked_public_keys(public_keys) -> list:
-    keys = list(public_keys) if public_keys is not None else []
-    if not keys or not all(is_id(k) for k in keys):  # the one id rule, as events' keys
-        check.fail("public_keys", "a non-empty list of ids (non-empty str of Unicode text, "
-                                  "int or tuple keys)", public_keys)
-    if len(set(keys)) != len(keys):
-        check.fail("public_keys", "free of duplicates", public_keys)
-    texts = [key_text(k) for k in keys]
-    if len(set(texts)) != len(texts):
-        clash = sorted({t for t in texts if texts.count(t) > 1})
-        check.fail("public_keys", "distinct when written as text (records carry the key "
-                                  "as text)", clash)
-    return keys
-
-
-def _selection_budget(selects: bool, epsilon, rho, delta, selection_delta):
-    """(the delta key selection spends or None, the delta left to the counting budget).
-
-    Selection costs delta only (docs/selection.md): under epsilon alone or rho it is
-    `selection_delta` (with rho, `delta` may name it); under (epsilon, delta) it is a part of
-    delta (default half) and the key budget's conversion gets the rest."""
-    if not selects:
-        if selection_delta is not None:
-            check.fail("selection_delta", "None when public_keys are given (only a release "
-                                          "that selects its keys spends it)", selection_delta)
-        return None, delta
-    if rho is not None:
-        if delta is not None and selection_delta is not None:
-            check.fail("selection_delta", "None when `delta` is given with `rho` (under zCDP "
-                                          "`delta` is the selection's)", selection_delta)
-        given = selection_delta if selection_delta is not None else delta
-        if given is None:
-            check.fail("delta", "given with `rho` when public_keys are not (selecting keys "
-                                "privately spends a delta, e.g. delta=1e-6)", None)
-        return check.open_unit_interval("delta", given), None
-    if delta is None:
-        if selection_delta is None:
-            check.fail("selection_delta", "given when public_keys are not and the budget is "
-                                          "epsilon alone (selecting keys privately spends a "
-                                          "delta, e.g. selection_delta=1e-6)", None)
-        return check.open_unit_interval("selection_delta", selection_delta), None
-    delta = check.open_unit_interval("delta", delta)
-    if selection_delta is None:
-        return delta / 2.0, delta / 2.0
-    chosen = check.open_unit_interval("selection_delta", selection_delta)
-    if not chosen < delta:
-        check.fail("selection_delta", f"below delta ({delta:g}: the rest converts the key "
-                                      f"budget)", chosen)
-    return chosen, delta - chosen
-
-
-def _round_up(value: float, digits: int = 3) -> float:
-    """`value` rounded up to `digits` significant digits (a minimum stated in a message)."""
-    if not value > 0 or not math.isfinite(value):
-        return value
-    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
-    return math.ceil(value / scale) * scale
-
-
-def refuse_noise(budget: PrivacyBudget, error: NoiseTooLarge, what: str = "",
-                 grid: bool = False):
-    """Restate a mechanism's `NoiseTooLarge` in the user's budget, in one line: the smallest
-    epsilon (or rho) whose discrete noise fits, from the parameter checked (proportional to
-    1 / epsilon or 1 / rho: the key budget is a fixed fraction of the total)."""
-    ratio = error.parameter / error.limit
-    if budget.noise == LAPLACE:
-        name, value, minimum = "epsilon", budget.epsilon, budget.epsilon * ratio
-    elif budget.delta is None:
-        name, value, minimum = "rho", budget.rho, budget.rho * ratio
-    else:  # (epsilon, delta): the epsilon whose rho is large enough
-        name, value = "epsilon", budget.epsilon
-        minimum = epsilon_from_rho(budget.rho * ratio, budget.delta)
-    check.fail(name, f">= {_round_up(minimum):.3g} with these bounds ({what}{error.kind} noise "
-                     f"parameter {error.parameter:.3g} > {error.limit:g}; or lower the bounds"
-                     f"{', a coarser value_resolution' if grid else ''}, or noise='float')",
-               value)
 
 
 class ContinualResult(NamedTuple):
@@ -191,7 +108,7 @@ class ContinualBase(beam.PTransform):
             check.fail("public_keys", f"a non-empty list of ids for {type(self).__name__} "
                                       f"(keys are selected privately only by ContinualCount, "
                                       f"ContinualSum and ContinualCountDistinct)", public_keys)
-        self.public_keys = None if self.selects else _checked_public_keys(public_keys)
+        self.public_keys = None if self.selects else checked_public_keys(public_keys)
         # selecting: the one type of key released ("str" or "int"; keys of another type are
         # dropped with a dead letter: 5 and "5" would be two keys published under one name)
         if self.selects:
@@ -207,7 +124,7 @@ class ContinualBase(beam.PTransform):
         check_small_delta("delta", delta, self.allow_large_delta)
         check_small_delta("selection_delta", selection_delta, self.allow_large_delta)
         self._given_delta = delta
-        self.selection_delta, delta = _selection_budget(self.selects, epsilon, rho, delta,
+        self.selection_delta, delta = selection_budget(self.selects, epsilon, rho, delta,
                                                         selection_delta)
         self.budget = PrivacyBudget.resolve(epsilon=epsilon, rho=rho, delta=delta)
         # the whole budget the release states; a share of it may go to the input gate
@@ -663,163 +580,3 @@ def remote_runner(pipeline) -> bool:
         return False
     runner = type(getattr(pipeline, "runner", None)).__name__
     return runner not in LOCAL_RUNNERS + ("NoneType",)
-
-
-def _across_keys(problem: CountProblem) -> CountProblem:
-    """Counts and sums: `max_contributions` (in grid units for sums) caps one unit's total
-    over the horizon across ALL its keys (`streams.count.truncate_step` keeps one `used` per unit),
-    so the declaration carries it as the joint mass: the release may calibrate jointly."""
-    problem.declaration = dataclasses.replace(
-        problem.declaration, joint_mass=problem.bounds.max_contributions)
-    return problem
-
-
-class ContinualCount(ContinualBase):
-    """Running count per public key (or per key selected privately, without public_keys);
-    elements (unit, key) timestamped with event time.
-
-    Each unit (user) contributes at most `max_contributions_per_step` events per step and
-    `max_contributions` over the horizon to at most `max_keys_per_unit` keys."""
-
-    selects_keys = True
-
-    def __init__(self, *, max_contributions: int = 1, max_contributions_per_step=None,
-                 max_keys_per_unit: int = 1, **kwargs):
-        self.contribution_bounds = ContributionBounds(max_contributions,
-                                                      max_contributions_per_step,
-                                                      max_keys_per_unit)
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        return _across_keys(CountProblem(self.contribution_bounds))
-
-    def bounds(self):
-        return dataclasses.asdict(self.contribution_bounds)
-
-
-class ContinualSum(ContinualBase):
-    """Running sum per public key; elements (unit, key, value); values clamped to
-    [0, max_value], at most `max_contributions` value mass per unit over the horizon.
-
-    With discrete noise (the default) values are rounded to the grid `value_resolution` g
-    (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
-    units of g, so the release is exact integers times g (see docs/privacy.md).
-    One unit's total and `max_value` must stay below 2^53 grid units (exact in float64)."""
-
-    selects_keys = True
-
-    def __init__(self, *, max_value: float, max_contributions: int = 1,
-                 max_contributions_per_step=None, max_keys_per_unit: int = 1,
-                 value_resolution: Optional[float] = None, **kwargs):
-        self.contribution_bounds = ContributionBounds(max_contributions,
-                                                      max_contributions_per_step,
-                                                      max_keys_per_unit, max_value=max_value)
-        self.value_resolution = grid_of(max_value, value_resolution,
-                                        kwargs.get("noise", "discrete"))
-        super().__init__(**kwargs)
-
-    @property
-    def value_scale(self):
-        return self.value_resolution or 1.0
-
-    def make_problem(self):
-        bounds, g = self.contribution_bounds, self.value_resolution
-        if g is None:
-            return _across_keys(CountProblem(bounds, with_value=True))
-        per_step = bounds.max_contributions_per_step
-        units = ContributionBounds(
-            max(1, math.floor(bounds.max_contributions / g)),
-            None if per_step is None else max(1, math.floor(per_step / g)),
-            bounds.max_keys_per_unit, max_value=float(math.floor(bounds.max_value / g)))
-        return _across_keys(CountProblem(units, with_value=True, value_grid=g,
-                                         max_value=bounds.max_value))
-
-    def bounds(self):
-        return {**dataclasses.asdict(self.contribution_bounds),
-                "value_resolution": self.value_resolution}
-
-
-class ContinualCountDistinct(ContinualBase):
-    """Distinct present items per key; elements (op, item, key), op '+' / '-'; item-level
-    privacy with flippancy bound `max_flips` (S_{1,k})."""
-
-    selects_keys = True
-
-    def __init__(self, *, max_flips: int, max_keys_per_unit: int = 1, semantics="count",
-                 **kwargs):
-        self.machine = count_distinct(max_flips, semantics)
-        self.max_flips, self.semantics = max_flips, semantics
-        self.max_keys_per_unit = check.integer_at_least("max_keys_per_unit",
-                                                        max_keys_per_unit, 1)
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        return EntityProblem(self.machine, self.max_keys_per_unit)
-
-    def bounds(self):
-        return {"max_flips": self.max_flips, "max_keys_per_unit": self.max_keys_per_unit,
-                "semantics": self.semantics}
-
-
-class ContinualDegreeCount(ContinualBase):
-    """Degree of every public node; elements (op, (a, b)); edge-level privacy with degree
-    contribution bound `max_updates`; each node's counter gets half the budget (Cor. 6.15)."""
-
-    def __init__(self, *, max_updates: int, **kwargs):
-        self.max_updates = check.integer_at_least("max_updates", max_updates, 1)
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        return DegreeProblem(self.max_updates)
-
-    def bounds(self):
-        return {"max_updates": self.max_updates}
-
-
-class ContinualTriangleCount(ContinualBase):
-    """Triangle count of one graph; elements (op, (a, b)). Private only for graph streams with
-    maximum degree <= `max_degree` and triangle contribution <= `max_contribution`; the first
-    violation halts the release (no record for that step or later) and goes to dead letters."""
-
-    def __init__(self, *, max_degree: int, max_contribution: int, **kwargs):
-        self.max_degree = check.integer_at_least("max_degree", max_degree, 1)
-        self.max_contribution = check.integer_at_least("max_contribution", max_contribution, 1)
-        given = kwargs.setdefault("public_keys", ["triangles"])
-        if list(given) != ["triangles"]:
-            check.fail("public_keys", "['triangles'] (the one key of a triangle count)", given)
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        return TriangleProblem(self.max_degree, self.max_contribution)
-
-    def bounds(self):
-        return {"max_degree": self.max_degree, "max_contribution": self.max_contribution}
-
-
-class ContinualRelease(ContinualBase):
-    """Release already-computed difference values: elements (key, value) with event time; the
-    caller declares that one protected unit changes each key's stream by a vector of S_{D,k}
-    and touches at most `keys_per_unit` keys (no truncation is applied here).
-
-    With discrete noise (the default) values are integers with |value| <= 2^53, summed
-    exactly: a key whose step total, running total or released value would reach 2^53 in
-    magnitude (where float64 stops adding integers exactly) halts at that step, with an
-    "exact totals" dead letter (`RecordMaker.exact_totals`)."""
-
-    nonnegative_truth = False  # declared differences of any sign
-
-    def __init__(self, *, max_contributions: int = 1, interval_bound: int = 1,
-                 keys_per_unit: int = 1, **kwargs):
-        self.declaration = Declaration(
-            check.integer_at_least("interval_bound", interval_bound, 1),
-            check.integer_at_least("max_contributions", max_contributions, 1),
-            check.integer_at_least("keys_per_unit", keys_per_unit, 1), "declared")
-        super().__init__(**kwargs)
-
-    def bounds(self):
-        return {"max_contributions": self.declaration.max_contributions,
-                "interval_bound": self.declaration.interval_bound,
-                "keys_per_unit": self.declaration.keys_per_unit}
-
-    def make_problem(self):
-        return DeclaredProblem(self.declaration, integers=self.noise_kind == "discrete")

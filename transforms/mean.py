@@ -32,7 +32,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from transforms import validation as check
 from transforms.accountant import part_kwargs, share_budget
-from transforms.continual import ContinualBase, refuse_noise
+from transforms.accountant import refuse_noise
+from transforms.continual import ContinualBase
 from transforms.mechanisms.discrete import NoiseTooLarge
 from transforms.mechanisms import NAMES, ConstantNoiseSource
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,

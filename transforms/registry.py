@@ -30,7 +30,7 @@ class TransformSpec:
     single_key: Optional[str] = None  # the one public key of a transform without key lists
     summary: str = ""
     unit: str = ""                  # the protected unit (what one individual is)
-    module: str = "transforms.continual"  # where the class lives
+    module: str = "transforms.statistics"  # where the class lives
     derived: Dict[str, str] = dataclasses.field(default_factory=dict)  # a default derived
     # what the drivers may do with it (`CAPABILITIES`); `pipelines/` asks here, nowhere else
     can: FrozenSet[str] = frozenset()

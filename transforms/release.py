@@ -22,7 +22,7 @@ from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, NOISE_KIN
                                         counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
 from transforms.steps import TimeSteps
-from transforms.streams.records import Reason
+from transforms.streams.records import Reason, is_id
 from transforms.validation import fail
 from transforms.mechanisms.noise import ConstantNoiseSource
 
@@ -512,3 +512,19 @@ class RecordMaker:
                   "step_ci_high": None, **self.template}
         entry = self._steps[step] = (width, step_width, fields)
         return entry
+
+
+def checked_public_keys(public_keys) -> list:
+    """The listed public keys: ids (the events' key rule), no duplicates, distinct as text."""
+    keys = list(public_keys) if public_keys is not None else []
+    if not keys or not all(is_id(k) for k in keys):  # the one id rule, as events' keys
+        check.fail("public_keys", "a non-empty list of ids (non-empty str of Unicode text, "
+                                  "int or tuple keys)", public_keys)
+    if len(set(keys)) != len(keys):
+        check.fail("public_keys", "free of duplicates", public_keys)
+    texts = [key_text(k) for k in keys]
+    if len(set(texts)) != len(texts):
+        clash = sorted({t for t in texts if texts.count(t) > 1})
+        check.fail("public_keys", "distinct when written as text (records carry the key "
+                                  "as text)", clash)
+    return keys
