@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipelines import plan
+from pipelines import plan, planning
 
 
 def run(capsys, *args):
@@ -74,7 +74,7 @@ def test_module_entry_point_exit_code():
 def test_rows_are_distinct_and_merge_only_options_without_effect(capsys):
     from transforms.mechanisms.choose import choose
     _, rows = choose(1000, {"epsilon": 1.0}, 4, 1)
-    shown = plan.distinct_rows(rows, "max_se")
+    shown = planning.distinct_rows(rows, "max_se")
     cores = [(r.mechanism, tuple(sorted((k, v) for k, v in r.params.items()
                                         if k not in ("sparsify", "prune")))) for r in shown]
     assert len(cores) == len(set(cores)) and len(shown) < len(rows)
@@ -83,9 +83,9 @@ def test_rows_are_distinct_and_merge_only_options_without_effect(capsys):
         group = [r for r in rows if r.mechanism == row.mechanism and
                  {k: v for k, v in r.params.items() if k not in ("sparsify", "prune")} == core]
         assert row.max_se == min(r.max_se for r in group)      # the better option is kept
-        if row.params.get("sparsify") == plan.NO_EFFECT:      # merged: truly equal rows
+        if row.params.get("sparsify") == planning.NO_EFFECT:      # merged: truly equal rows
             assert len({(r.max_se, r.mean_se, r.sensitivity) for r in group}) == 1
-    assert any(r.params.get("sparsify") == plan.NO_EFFECT for r in shown)
+    assert any(r.params.get("sparsify") == planning.NO_EFFECT for r in shown)
     assert any(r.params.get("sparsify") is True for r in shown)  # some option does matter
 
 
@@ -324,7 +324,7 @@ def test_json_state_is_the_tables_one_number(capsys):
     lines = table.splitlines()
     for row in rows:
         mechanism = make(row["mechanism"], 48, rho=0.5, noise_source=ConstantNoiseSource(0.0),
-                         **{k: v for k, v in row["params"].items() if v != plan.NO_EFFECT})
+                         **{k: v for k, v in row["params"].items() if v != planning.NO_EFFECT})
         assert row["state_bytes"] == 16 + mechanism.state_bytes()
         assert row["state"].split(" B", 1)[0].replace(",", "") == str(row["state_bytes"])
         line = next(line for line in lines if line.startswith(row["mechanism"])
