@@ -196,3 +196,10 @@ def test_the_local_import_rule_can_fail(tmp_path):
                                   if p.split(os.sep)[0] in ("transforms", "pipelines")])
 def test_a_product_import_inside_a_function_says_why(path):
     assert unexplained_local_imports(path) == []
+
+
+@pytest.mark.parametrize("path", [p for p in modules()
+                                  if p.split(os.sep)[0] in ("transforms", "pipelines")])
+def test_no_product_module_is_over_650_lines(path):
+    """One thing per module: a module that grows past this is split by what it does."""
+    assert len(open(os.path.join(ROOT, path), encoding="utf-8").read().splitlines()) <= 650
