@@ -47,7 +47,7 @@ def parse_vary(given, job: job_config.JobConfig) -> dict:
     varied = {}
     for item in given or []:
         name, _, values = item.partition("=")
-        bounds = job_config.BOUNDS[job.transform]
+        bounds = registry.SPECS[job.transform].bounds
         if name not in bounds or name in ("semantics",):
             fail("vary", "NAME=V1,V2,... with NAME one of the transform's bounds ("
                  + ", ".join(b for b in bounds if b != "semantics") + ")", item)

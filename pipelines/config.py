@@ -24,16 +24,13 @@ from transforms.validation import ValidationError as ConfigError  # noqa: F401 (
 from transforms import validation as check
 from transforms.validation import fail
 
-TRANSFORMS = registry.NAMES
 FORMATS = ("jsonl", "csv", "parquet")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
-ROLES = {name: spec.roles for name, spec in registry.SPECS.items()}
 REQUIRED = registry.REQUIRED
 ID_TYPES = ("id", "str", "int")   # id: a non-empty str or an int, as the input holds it
 TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999 (what timestamps can print)
 MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
-BOUNDS = {name: spec.bounds for name, spec in registry.SPECS.items()}
 DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
        "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
@@ -302,8 +299,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("job", "a name not ending in '-operator' or '-scheduled' (reserved for the "
                     "operator-only and scheduled folders)", job)
     transform = raw["transform"]
-    if transform not in TRANSFORMS:
-        fail("transform", "one of " + ", ".join(repr(t) for t in TRANSFORMS), transform)
+    if transform not in registry.SPECS:
+        fail("transform", "one of " + ", ".join(repr(t) for t in registry.SPECS), transform)
 
     source = _section(raw["input"], "input", ("kind", "path", "format", "fields", "types",
                                               "timestamp_format", "subscription",
@@ -334,14 +331,16 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     if source_kind == "pubsub" and fmt != "jsonl":
         fail("input.format", "'jsonl' for input.kind 'pubsub' (one JSON object per message)",
              fmt)
-    fields = _section(source["fields"], "input.fields", ROLES[transform], ROLES[transform])
+    fields = _section(source["fields"], "input.fields", registry.SPECS[transform].roles,
+                      registry.SPECS[transform].roles)
     for role, column in fields.items():
         if not isinstance(column, str) or not column:
             fail(f"input.fields.{role}", "a column name", column)
     timestamp_format = source.get("timestamp_format", "iso")
     if timestamp_format not in ("iso", "seconds"):
         fail("input.timestamp_format", "one of 'iso', 'seconds'", timestamp_format)
-    types = dict(_section(source.get("types") or {}, "input.types", ROLES[transform]))
+    types = dict(_section(source.get("types") or {}, "input.types",
+                          registry.SPECS[transform].roles))
     for role, kind in types.items():
         allowed = ("timestamp",) if role == "timestamp" else (
             ("float", "int") if role in registry.SPECS[transform].numeric else ID_TYPES)
@@ -407,7 +406,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         fail("privacy.delta", "a number in (0, 1) given with epsilon (with rho: only when "
                               "public_keys are not given, as the selection's delta)",
              privacy["delta"])
-    if selects and registry.can(transform, registry.SELECT_KEYS) and "selection_delta" not in privacy and (
+    if selects and registry.can(transform, registry.SELECT_KEYS) and \
+            "selection_delta" not in privacy and (
             "delta" not in privacy or "rho" in privacy) and not ("rho" in privacy and
                                                                  "delta" in privacy):
         fail("public_keys", "given, either as a list or as public_keys_file, or, to select "
@@ -421,7 +421,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         check_small_delta(f"privacy.{name}", privacy.get(name), bool(allow_large_delta),
                           "privacy.allow_large_delta is true")
 
-    allowed_bounds = BOUNDS[transform]
+    allowed_bounds = registry.SPECS[transform].bounds
     bounds_raw = _section(raw.get("bounds") or {}, "bounds", tuple(allowed_bounds),
                           tuple(k for k, v in allowed_bounds.items() if v == REQUIRED))
     bounds = {**{k: v for k, v in allowed_bounds.items() if v not in (None, REQUIRED)},
