@@ -391,8 +391,11 @@ class Continuation:
         records); -> those steps."""
         from apache_beam.io.filesystems import FileSystems
         folder, done = steps_folder(job.public_path), []
-        for stopped in (folder, self.folder, job.operator_path):  # a killed job's temp files
-            remove_stale_temps(stopped)
+        received = ck.join(self.folder, "received")
+        executions = [ck.join(received, name) for name in sorted(os.listdir(received))] \
+            if os.path.isdir(received) else []
+        for stopped in (folder, self.folder, job.operator_path, *executions):  # a killed
+            remove_stale_temps(stopped)                                    # job's temp files
         for step in range(self.first):
             if not FileSystems.exists(step_name(folder, step, ".json")):
                 records = ck.read_key_checkpoint(transform.config, self.folder, step)["records"]

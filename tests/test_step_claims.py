@@ -258,3 +258,26 @@ def test_an_event_of_a_step_published_before_a_continuation_is_late_not_dropped(
             assert_that(reasons, equal_to(
                 ["late: step 1 was already released (before this continuation's first step 3)"]
                 if streaming else []))
+
+
+def test_continue_removes_the_temp_files_a_killed_job_left_in_every_folder_it_writes(tmp_path):
+    """A job killed while writing a receipt record or a step file leaves a temp file (a second
+    name of nothing or of a whole file); `--continue` removes those of dead processes, in the
+    receipt folders of every execution too (the campaign found one left there)."""
+    import subprocess
+    transform, job, folder = release(tmp_path)
+    fn = step_files.StepFilesFn(str(tmp_path / "steps"), KEYS, ("jsonl",),
+                                step_files.StepCheckpoint(transform.config, folder, 0, None,
+                                                          None, "launch", 0))
+    fn._checkpoint(0, rows_of(0), states_of(0), "t0")
+    step_files.publish_step(str(tmp_path / "steps"), 0, rows_of(0), ("jsonl",))
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    left = []
+    for where in (str(tmp_path / "steps"), folder, ck.join(folder, "received", "launch")):
+        os.makedirs(where, exist_ok=True)
+        path = os.path.join(where, f".tmp-{dead.pid}-0123abcd-received-x.jsonl")
+        open(path, "w").write("half")
+        left.append(path)
+    continue_release(tmp_path, transform, job, "second")
+    assert [path for path in left if os.path.exists(path)] == []

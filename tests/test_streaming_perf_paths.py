@@ -22,8 +22,7 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.mechanisms import ConstantNoiseSource, make
 from transforms.messages import DEAD_LETTER, Delta, Seed, StepTotal
-from transforms.release_state import ReleaseStateCoder
-from transforms.streaming import ReleaseStreamingFn, TruncateStreamingFn
+from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn, TruncateStreamingFn
 from transforms.streams.units import sorted_payloads
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem,

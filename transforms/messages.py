@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
@@ -263,3 +264,15 @@ def count_dropped(dropped: Dict[str, int]) -> None:
     `truncated_by_max_keys_per_unit`, `truncated_by_contribution_bound` for flips/updates)."""
     for reason, count in dropped.items():
         Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(count)
+
+
+def partials_struct(count: int) -> struct.Struct:
+    """(step, count, count float64 partials) of one pending step: the layout the streaming
+    release's state coder writes a key's exact step sum in (`add_exact`), cached per count."""
+    found = _PARTIALS.get(count)
+    if found is None:
+        found = _PARTIALS[count] = struct.Struct("<II%dd" % count)
+    return found
+
+
+_PARTIALS: Dict[int, struct.Struct] = {}

@@ -17,6 +17,7 @@ none.
 """
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -29,10 +30,10 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import stages
-from transforms.release_state import ReleaseStateCoder
 from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
-                                 add_exact, count_dropped, dead_letter, delta_of, micros_of)
+                                 add_exact, count_dropped, dead_letter, delta_of, micros_of,
+                                 partials_struct)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
@@ -258,6 +259,67 @@ class TruncateStreamingFn(beam.DoFn):
                 buffer.add(event)
             progress.write((last + 1, first, None))
         timer.set(self._end(first))
+
+
+class ReleaseStateCoder(beam.coders.Coder):
+    """`ReleaseStreamingFn`'s state of one key, (sealed mechanism state or None, steps
+    released, halt step or None, pending exact sums {step: [partials]}), as compact bytes:
+    a header (steps released, halt step or -1, sealed length or -1, number of pending steps),
+    the sealed bytes, then per pending step (step, number of partials, the partials as
+    float64: exact, so the sums stay exact). Steps fit 31 bits (struct refuses others)."""
+
+    _HEAD = struct.Struct("<IiiI")
+    _ENTRY = struct.Struct("<II")
+    # the common layouts in one struct call: a sealed CounterState (33 bytes) and one pending
+    # step with one partial (or none)
+    _ONE = struct.Struct("<IiiI33sIId")
+    _NONE = struct.Struct("<IiiI33s")
+
+    def encode(self, value) -> bytes:
+        sealed, released, halted, pending = value
+        if sealed is not None and len(sealed) == 33 and len(pending) <= 1:
+            halt = -1 if halted is None else halted
+            if not pending:
+                return self._NONE.pack(released, halt, 33, 0, sealed)
+            (step, partials), = pending.items()
+            if len(partials) == 1:
+                return self._ONE.pack(released, halt, 33, 1, sealed, step, 1, partials[0])
+        head = self._HEAD.pack(released, -1 if halted is None else halted,
+                               -1 if sealed is None else len(sealed), len(pending))
+        if sealed is not None:
+            head += sealed
+        if not pending:
+            return head
+        parts = [head]
+        for step, partials in pending.items():
+            count = len(partials)
+            parts.append(partials_struct(count).pack(step, count, *partials))
+        return b"".join(parts)
+
+    def decode(self, encoded: bytes):
+        if type(encoded) is not bytes:
+            encoded = bytes(encoded)
+        if len(encoded) == 65:  # = self._ONE.size
+            released, halted, size, count, sealed, step, n, value = self._ONE.unpack(encoded)
+            if size == 33 and count == 1 and n == 1:
+                return sealed, released, None if halted < 0 else halted, {step: [value]}
+        released, halted, size, count = self._HEAD.unpack_from(encoded)
+        at = 16  # self._HEAD.size
+        sealed = None
+        if size >= 0:
+            sealed, at = encoded[at:at + size], at + size
+        pending = {}
+        if count:
+            entry = self._ENTRY.unpack_from
+            for _ in range(count):
+                step, n = entry(encoded, at)
+                layout = partials_struct(n)
+                pending[step] = list(layout.unpack_from(encoded, at)[2:])
+                at += layout.size
+        return sealed, released, None if halted < 0 else halted, pending
+
+    def is_deterministic(self) -> bool:
+        return True
 
 
 class ReleaseStreamingFn(beam.DoFn):
