@@ -4,9 +4,11 @@ Beam 2.77's local reader (`runners/direct/transform_evaluator.py`, `_PubSubReadE
 pulls up to 10 messages with the client's default gRPC receive limit of 4 MB, and fails the job
 on any error of the pull. So a 3 MB and a 2 MB message in one pull fail the job, and so does a
 subscription missing for a moment (an emulator or a service restart) or a deadline. `install()`
-(called by the local streaming driver, `pipelines.run`) changes two things in this process:
+(called by the local streaming driver, `pipelines.run`) changes this in this process:
 
-- the subscriber's channel takes `MAX_RECEIVE` bytes: ten messages of Pub/Sub's 10 MB limit;
+- a recorded pull takes up to `MAX_MESSAGES` messages (Beam's takes 10, and the local runner
+  schedules its reader only when the rest of the pipeline is idle: about 10 pulls a second);
+  the subscriber's channel takes `MAX_RECEIVE` bytes: a full pull of Pub/Sub's 10 MB messages;
 - a pull that fails with a transient error (`TRANSIENT`: not found, unavailable, deadline
   exceeded, internal, aborted, resource exhausted) is retried with backoff (0.5 s doubling to
   10 s) for up to `retry_seconds`; then the job fails with one line saying `--continue` resumes
@@ -27,7 +29,8 @@ import time
 
 from pipelines import local_watermark
 
-MAX_RECEIVE = 128 << 20
+MAX_MESSAGES = 100  # per pull (Beam's reader pulls 10: about 100 messages/s on the local runner)
+MAX_RECEIVE = MAX_MESSAGES * (10 << 20) + (1 << 20)  # a full pull of Pub/Sub's largest messages
 RETRY_SECONDS = 120.0
 BACKOFF = (0.5, 10.0)  # first wait, longest wait (doubling)
 
@@ -94,8 +97,9 @@ def read_recorded(evaluator, retry_seconds: float):
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from apache_beam.utils.timestamp import Timestamp
     client = evaluator._get_subscriber_client(evaluator._applied_ptransform)
-    response = retried(lambda: client.pull(subscription=evaluator._sub_name, max_messages=10,
-                                           timeout=30), retry_seconds)
+    response = retried(lambda: client.pull(subscription=evaluator._sub_name,
+                                           max_messages=MAX_MESSAGES, timeout=30),
+                       retry_seconds)
     messages = [PubsubMessage._from_message(rm.message) for rm in response.received_messages]
     if messages:
         RECEIPTS[0](messages)

@@ -23,10 +23,12 @@ watermark (the wall clock) is never exceeded.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Iterable, List, Optional
 
 SLACK_SECONDS = 10.0
+RECHECK_SECONDS = 0.05  # a blocked deadline's next check, at the soonest
 
 
 class Pacer:
@@ -43,7 +45,7 @@ class Pacer:
       slack: seconds after which a blocked deadline is crossed anyway.
       clock: wall-clock seconds (injected by tests).
 
-    >>> pacer = Pacer([10, 20, 30], slack=5.0, clock=lambda: 0.0)
+    >>> pacer = Pacer([10, 20, 30], slack=5.0, clock=lambda: 0.0, every=0.0)
     >>> pacer.hold(100, lambda point: point == 20)  # work behind 20: just below it
     19
     >>> pacer.hold(100, lambda point: False)  # nothing behind any deadline: the reader's own
@@ -51,29 +53,37 @@ class Pacer:
     """
 
     def __init__(self, points: Iterable[int], slack: float = SLACK_SECONDS,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, every: float = RECHECK_SECONDS):
         self.points: List[int] = sorted(set(int(p) for p in points))
-        self.slack, self.clock = slack, clock
+        self.slack, self.clock, self.every = slack, clock, every
         self.next = 0  # the first deadline not yet crossed
         self.waiting_since: Optional[float] = None
+        self.checked = -math.inf  # when a blocked deadline was last checked (clock)
 
     def hold(self, now: int, blocked: Callable[[int], bool]) -> int:
-        """-> the watermark (micros) for a reader bundle that would report `now`."""
+        """-> the watermark (micros) for a reader bundle that would report `now`. A blocked
+        deadline is checked again `every` seconds at most (a check walks the runner's
+        pending work and timers: checked at every pull of a busy job, it slows it down)."""
         points = self.points
         if self.next < len(points) and points[self.next] <= now:
-            if not blocked(points[self.next]):
+            clock = self.clock()
+            if clock - self.checked < self.every:
+                pass  # checked a moment ago: still blocked
+            elif not blocked(points[self.next]):
                 self.next += 1
                 while self.next < len(points) and points[self.next] <= now and \
                         not blocked(points[self.next]):
                     self.next += 1
                 self.waiting_since = None
+                self.checked = -math.inf
             else:
-                clock = self.clock()
+                self.checked = clock
                 if self.waiting_since is None:
                     self.waiting_since = clock
                 if clock - self.waiting_since >= self.slack:
                     self.next += 1
                     self.waiting_since = None
+                    self.checked = -math.inf
         if self.next < len(points):
             return min(now, points[self.next] - 1)
         return now
@@ -99,9 +109,9 @@ def in_flight_before(evaluator, pulled, micros: int) -> bool:
     from apache_beam.transforms.timeutil import TimeDomain
     manager = evaluator._evaluation_context._watermark_manager
     reader = evaluator._applied_ptransform
-    for transform, marks in list(manager._transform_to_watermarks.items()):
-        if transform is reader:
-            continue
+    stages = [marks for transform, marks in list(manager._transform_to_watermarks.items())
+              if transform is not reader]
+    for marks in stages:  # the cheap checks first: fired timers, waiting elements
         with marks._lock:
             if marks._fired_timers:
                 return True
@@ -109,6 +119,8 @@ def in_flight_before(evaluator, pulled, micros: int) -> bool:
                 for value in bundle.get_elements_iterable():
                     if value.timestamp.micros < micros:
                         return True
+    for marks in stages:  # then every key's timers
+        with marks._lock:
             for state in list(marks._keyed_states.values()):
                 for timers in list(state.timers.values()):
                     for (_, domain, _), stamp in list(timers.items()):

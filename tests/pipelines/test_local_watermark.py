@@ -15,7 +15,7 @@ def test_a_watermark_that_jumps_stops_below_each_deadline_with_work_behind_it():
 
     def blocked(point):
         return any(t < point for t in timers | in_flight)
-    pacer = Pacer([100, 200, 300, 400], slack=60.0, clock=lambda: 0.0)
+    pacer = Pacer([100, 200, 300, 400], slack=60.0, clock=lambda: 0.0, every=0.0)
     assert pacer.hold(50, blocked) == 50  # before every deadline: the reader's own
     assert pacer.hold(10_000, blocked) == 199  # 100 crossed; its timers fire
     timers.discard(100)
@@ -29,7 +29,7 @@ def test_a_watermark_that_jumps_stops_below_each_deadline_with_work_behind_it():
 
 def test_a_deadline_busy_for_the_slack_is_crossed_anyway():
     clock = {"now": 0.0}
-    pacer = Pacer([100], slack=10.0, clock=lambda: clock["now"])
+    pacer = Pacer([100], slack=10.0, clock=lambda: clock["now"], every=0.0)
     assert pacer.hold(500, lambda point: True) == 99
     clock["now"] = 9.9
     assert pacer.hold(500, lambda point: True) == 99
@@ -38,7 +38,7 @@ def test_a_deadline_busy_for_the_slack_is_crossed_anyway():
 
 
 def test_the_watermark_never_passes_the_readers_own_and_never_goes_back():
-    pacer = Pacer(range(0, 1000, 7), slack=1e9, clock=lambda: 0.0)
+    pacer = Pacer(range(0, 1000, 7), slack=1e9, clock=lambda: 0.0, every=0.0)
     last = -1
     rng = random.Random(7)  # work behind a deadline at random, half the time
     for now in list(range(0, 1200, 3)) + [1200] * 200:
@@ -52,3 +52,18 @@ def test_deadlines_are_every_step_end_and_every_end_plus_the_lateness():
     steps = TimeSteps(origin=1000.0, size=2.0, horizon=4)
     assert sorted(set(deadlines(steps, 2, 0.5, 1))) == [
         int(t * 1e6) for t in (1006.0, 1006.5, 1008.0, 1008.5, 1010.0)]
+
+
+def test_a_blocked_deadline_is_checked_again_only_after_the_recheck_interval():
+    """A check walks the runner's pending work and timers: a busy job's every pull would pay
+    it. While blocked, the next check waits `every` seconds."""
+    clock, calls = {"now": 0.0}, []
+
+    def blocked(point):
+        calls.append(clock["now"])
+        return clock["now"] < 0.2
+    pacer = Pacer([100], slack=60.0, clock=lambda: clock["now"], every=0.05)
+    for now in (0.0, 0.01, 0.04, 0.06, 0.1, 0.12, 0.2):
+        clock["now"] = now
+        hold = pacer.hold(500, blocked)
+    assert calls == [0.0, 0.06, 0.12, 0.2] and hold == 500
