@@ -38,6 +38,10 @@ def toeplitz_lower(coefficients: np.ndarray) -> np.ndarray:
     return np.where(lag >= 0, coefficients[np.clip(lag, 0, n - 1)], 0.0)
 
 
+# what the float square root and input perturbation hold besides a CounterState (`plan`)
+_NOISE_VECTOR_STATE = "17 B (+ O(T) noise vector re-derived from the seam)"
+_NOISE_VECTOR_MEMORY = "+ O(T) noise vector per stream in worker memory"
+
 class ToeplitzMechanism(ContinualMechanism):
     """Shared implementation; subclasses give the left and right coefficient vectors."""
 
@@ -177,12 +181,12 @@ class SqrtToeplitz(ToeplitzMechanism):
     @classmethod
     def state_note(cls, noise):
         return "O(T): 16 B per step (x and round(R x / g) history)" if noise == "discrete" \
-            else "17 B (+ O(T) noise vector re-derived from the seam)"
+            else _NOISE_VECTOR_STATE
 
     @classmethod
     def memory_note(cls, noise):
         return "16 B per step: the input history" if noise == "discrete" \
-            else "+ O(T) noise vector per stream in worker memory"
+            else _NOISE_VECTOR_MEMORY
 
     def __init__(self, horizon, budget, noise_source, **kwargs):
         super().__init__(horizon, budget, noise_source, **kwargs)
@@ -414,11 +418,11 @@ class InputPerturbation(ToeplitzMechanism):
 
     @classmethod
     def state_note(cls, noise):
-        return "17 B (+ O(T) noise vector re-derived from the seam)"
+        return _NOISE_VECTOR_STATE
 
     @classmethod
     def memory_note(cls, noise):
-        return "+ O(T) noise vector per stream in worker memory"
+        return _NOISE_VECTOR_MEMORY
 
     def left_coefficients(self):
         return np.ones(self.horizon)
