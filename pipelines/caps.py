@@ -31,9 +31,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
 from pipelines import io, logs
-from pipelines import run as job_run
+from pipelines import job_release
 from transforms import registry
-from transforms.release import NoNoise
 from transforms.stages import AssignSteps
 from transforms.streams import codec
 from transforms.streams.units import advance_unit, sorted_payloads, steps_to_run
@@ -72,14 +71,15 @@ def candidates(job: job_config.JobConfig, varied: dict):
         yield dict(job.bounds, **dict(zip(names, combo)))
 
 
-def unit_histories(job: job_config.JobConfig, transform, sample_units: int) -> list:
+def unit_histories(job: job_config.JobConfig, plan, sample_units: int) -> list:
     """[(unit, {step: payloads})] of the input (at most `sample_units` units, the ones with the
     smallest keyed hash: a uniform sample that does not depend on bundle order)."""
     folder = tempfile.mkdtemp(prefix="caps-")
     out = os.path.join(folder, "units.jsonl")
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
         elements, _ = io.read_elements(pipeline, job)
-        events = (elements | "Steps" >> AssignSteps(transform.problem, transform.steps)).main
+        problem, steps = plan.truncation.problem, plan.spec.steps
+        events = (elements | "Steps" >> AssignSteps(problem, steps)).main
         # (unit, Event) for the horizon's steps
         histories = (events | "ByUnit" >> beam.GroupByKey()
                      | "PerStep" >> beam.MapTuple(lambda unit, evs: (unit, sorted_payloads(evs))))
@@ -119,23 +119,21 @@ def cut_by(problem, histories) -> dict:
     return {"events": events, "cut": dict(dropped)}
 
 
-def max_se(transform) -> float:
+def max_se(plan) -> float:
     """The release's largest per-step standard deviation for these bounds (data-free)."""
-    return float(max(transform.config.build().noise_std())) * transform.value_scale
+    return float(max(plan.zero_noise.noise_std())) * plan.truncation.value_scale
 
 
 def explore(job: job_config.JobConfig, varied: dict, sample_units: int) -> list:
     job = job.replace(secret=job_config.SecretSpec(insecure=True))
-    base = job_run.build_transform(job, noise_source=NoNoise())
-    histories = unit_histories(job, base, sample_units)
+    histories = unit_histories(job, job_release.release_plan(job), sample_units)
     rows = []
     for bounds in candidates(job, varied):
-        transform = job_run.build_transform(dataclasses.replace(job, bounds=bounds),
-                                            noise_source=NoNoise())
-        counts = cut_by(transform.problem, histories)
+        plan = job_release.release_plan(dataclasses.replace(job, bounds=bounds))
+        counts = cut_by(plan.truncation.problem, histories)
         rows.append({"bounds": {n: bounds[n] for n in sorted(varied)},
-                     "mechanism": transform.config.mechanism,
-                     "max_se": max_se(transform), "units_sampled": len(histories),
+                     "mechanism": plan.mechanism,
+                     "max_se": max_se(plan), "units_sampled": len(histories),
                      "events_not_private": counts["events"],
                      "cut_not_private": counts["cut"]})
     return rows

@@ -58,7 +58,6 @@ from transforms.release import descriptor_digest
 from transforms.streams.records import INPUT_CODES, validate_event, validate_update
 from transforms.validation import ValidationError
 from transforms.registry import SPECS
-from transforms.release import NoNoise
 
 EXAMPLE_CHARS = 160
 USED, OFF_KEY, OUTSIDE, MALFORMED = range(4)
@@ -144,16 +143,15 @@ class Gate:
     private: Optional[dict]   # the release's gate entry {"share", "budget"}; None: structural
 
     @classmethod
-    def of(cls, job, transform, outside_unusable: bool = False,
-           private: bool = True) -> "Gate":
-        """The gate of a run of `job`'s release `transform`; `private` False (or a release with
-        no noise: the report's exact truth, operator-only) checks the structure only."""
-        private = private and not isinstance(getattr(transform, "secret", None), NoNoise)
+    def of(cls, job, plan, outside_unusable: bool = False, private: bool = True) -> "Gate":
+        """The gate of a run of `job`'s release (`plan`, a `release_plan.ReleasePlan`);
+        `private` False (a release with no noise: the report's exact truth, operator-only)
+        checks the structure only."""
         steps = job.steps.time_steps()
         # None: every well-formed record is of a released key (selected, or the one key)
         keys = None if SPECS[job.transform].single_key is not None else \
-            getattr(transform, "public_keys", None)
-        entry = getattr(transform, "gate", None) if private else None
+            plan.spec.public_keys
+        entry = plan.gate if private else None
         limit = entry.get("max_dead_letter_fraction", job.input.max_dead_letter_fraction) \
             if entry else job.input.max_dead_letter_fraction  # the release's own, when bound
         return cls(job.transform, SPECS[job.transform].shape, limit,
@@ -236,13 +234,14 @@ class Gate:
             f"{_reasons(codes)}")
 
 
-def plan_of(job, transform):
-    """The job's input gate (`pipelines.gate`): its share and budget, the threshold of its
-    noisy score and the noise's standard deviation, or None when the job has none."""
-    entry = getattr(transform, "gate", None)
+def plan_of(job, plan):
+    """The job's input gate (`pipelines.gate`) in its release `plan`: its share and budget,
+    the threshold of its noisy score and the noise's standard deviation, or None when the job
+    has none."""
+    entry = plan.gate
     if entry is None:
         return None
-    rule = dataclasses.replace(Gate.of(job, transform), private=entry)  # (planned: no noise)
+    rule = Gate.of(job, plan)
     sampler = rule.sampler()
     return {"share": entry["share"], "budget": entry["budget"],
             "threshold": rule.threshold(), "stddev": math.sqrt(sampler.variance),

@@ -1,44 +1,33 @@
 """`pipelines.plan --config`: the streams a job releases, each planned with the arguments
 its descriptor gives (`plan_command.plan_arguments`), the row of the mechanism the job runs,
-and the job's input gate. It builds the job's transform (Beam), so `plan` imports it only for
-a config.
+and the job's input gate, from the job's release plan (`transforms.release_plan`: Beam-free,
+no secret).
 """
 from __future__ import annotations
 
 import json
-import logging
 
 from pipelines import config as job_config
 from pipelines import gate as input_gate
-from pipelines import run as job_run
+from pipelines import job_release
 from pipelines.planning import (MeanPlan, StreamPlan, UsageError, mean_json, mean_text,
                                 params_text, plan_of, row_json, se_times_count, selection_plan,
                                 stream_json, stream_text)
 from pipelines.plan_command import COMMAND, plan_arguments
-from transforms.mechanisms import ConstantNoiseSource
-from transforms.release import NoNoise
 
 
-def job_transform(path: str):
-    """(the job, its transform) as `pipelines.run` builds it, with zero noise and no secret
-    (`pipelines.report.true_totals` builds it so too): its calibration, bounds and mechanism
-    are the job's."""
+def job_plan(path: str):
+    """(the job, its release plan) as `pipelines.run` would release it: its calibration, bounds
+    and mechanism are the job's."""
     job = job_config.load(path)
-    job = job.replace(secret=job_config.SecretSpec(insecure=True))
-    quiet = logging.getLogger("transforms")  # no release is made: no fixed-seed warning
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        return job, job_run.build_transform(job, noise_source=NoNoise())
-    finally:
-        quiet.setLevel(level)
+    return job, job_release.release_plan(job)
 
 
 def own_row(release) -> dict:
-    """The row of what `release` (a transform, or a mean's part) runs, from its own mechanism
-    with zero noise, for a configured mechanism that is no candidate of the table."""
-    mechanism = release.config.build(noise_source=ConstantNoiseSource(0.0))
-    return {"mechanism": release.config.mechanism, "params": dict(release.config.params),
+    """The row of what `release` (a plan, or a mean's part's) runs, from its own mechanism with
+    zero noise, for a configured mechanism that is no candidate of the table."""
+    mechanism = release.zero_noise
+    return {"mechanism": release.mechanism, "params": dict(release.params),
             "max_se": mechanism.max_se(), "mean_se": mechanism.mean_se(),
             "sensitivity": mechanism.sensitivity, "calibration": release.calibration.kind,
             "state_bytes": release.state_bytes_per_key}
@@ -66,32 +55,32 @@ def plan_config(args, parse) -> dict:
     """--config: each stream the job releases, planned with its `plan_arguments` (`parse`: the
     command line's parser, `pipelines.plan`), and the row of the mechanism the job runs
     (`runs`, in value units: MaxSE is the job's)."""
-    job, transform = job_transform(args.config)
+    job, release = job_plan(args.config)
     chosen = "auto" if job.mechanism.name == "auto" else "configured"
-    names, params = transform.resolved_mechanism
+    names, params = release.resolved_mechanism
     streams = []
-    for label, descriptor in transform.plan_declarations():
+    for label, descriptor in release.plan_declarations():
         arguments = plan_arguments(descriptor, job.mechanism.max_state_bytes_per_key)
         stream_args = parse(arguments + (["--top", str(args.top)] if args.top else []))
         plan = plan_of(stream_args)
         if isinstance(plan, MeanPlan):
             rows = {part: runs_row(p, names[part], params[part], chosen,
-                                   getattr(transform, "parts", {}).get(part))
+                                   release.parts.get(part))
                     for part, p in plan.parts.items()}
             runs = {"parts": rows, "chosen": chosen, "se_times_count": se_times_count(
                 rows["sum"]["max_se"], rows["count"]["max_se"], plan.args.mean_max_value)}
         else:
-            runs = runs_row(plan, names, params, chosen, transform if not label else None)
-            if getattr(transform, "selects", False):  # the job's own mechanism and tau
+            runs = runs_row(plan, names, params, chosen, release if not label else None)
+            if release.selects:  # the job's own mechanism and tau
                 plan.selection = selection_plan(
-                    transform.config.build(noise_source=ConstantNoiseSource(0.0)),
-                    plan.args, transform.selection["delta"], transform.selection["threshold"])
+                    release.zero_noise, plan.args, release.selection["delta"],
+                    release.selection["threshold"])
         streams.append({"label": label, "command": " ".join([COMMAND, *arguments]),
                         "plan": plan, "runs": runs})
     return {"config": args.config, "job": job.job, "transform": job.transform,
             "mechanism": job.mechanism.name if chosen == "auto" else
             {"name": job.mechanism.name, "params": job.mechanism.params},
-            "streams": streams, "gate": input_gate.plan_of(job, transform)}
+            "streams": streams, "gate": input_gate.plan_of(job, release)}
 
 
 def config_json(planned: dict) -> dict:

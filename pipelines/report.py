@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from pipelines.checkpoints import LEDGER, committed_checkpoints
 from transforms.release import key_text
 from pipelines import config as job_config
+from pipelines import job_release
 from pipelines import run as job_run
 from transforms.release import NoNoise
 from pipelines.plan_command import noise_kind
@@ -113,11 +114,11 @@ TRUTH_FIELDS = ("transform", "horizon", "origin", "step_seconds", "bounds", "dec
                 "public_keys")
 
 
-def check_truth(rows: List[dict], descriptor, transform) -> None:
+def check_truth(rows: List[dict], descriptor, plan) -> None:
     """Refuse, in one line, a truth config that is not the release's: another transform,
     horizon, time steps, bounds or keys (from the release's descriptor when the input has one,
     else from what its records say: steps, keys and budget)."""
-    mine = transform.descriptor
+    mine = plan.descriptor
     if descriptor is not None:
         for field in TRUTH_FIELDS:
             if descriptor.get(field) != mine.get(field):
@@ -125,20 +126,20 @@ def check_truth(rows: List[dict], descriptor, transform) -> None:
                                  f"with (its {field}: {descriptor.get(field)!r}); got "
                                  f"{mine.get(field)!r}.")
     last = max(r["step"] for r in rows)
-    if last >= transform.steps.horizon:
+    if last >= plan.spec.steps.horizon:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
                          f"records reach step {last}); got a horizon of "
-                         f"{transform.steps.horizon}.")
+                         f"{plan.spec.steps.horizon}.")
     keys = {str(r["key"]) for r in rows}
-    missing = [] if transform.public_keys is None else sorted(
-        keys - {key_text(k) for k in transform.public_keys})
+    missing = [] if plan.selects else sorted(
+        keys - {key_text(k) for k in plan.spec.public_keys})
     if missing:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
                          f"keys include {missing[0]!r}); got other public keys.")
     budget = {name: rows[0].get(name) for name in ("epsilon", "delta", "rho")}
-    if budget != {name: transform.budget_spent.get(name) for name in budget}:
+    if budget != {name: plan.budget_spent.get(name) for name in budget}:
         raise ValueError(f"`truth-config` must describe the release it is compared with (its "
-                         f"budget: {budget}); got {transform.budget_spent}.")
+                         f"budget: {budget}); got {plan.budget_spent}.")
 
 
 def true_totals(config_path: str, rows: List[dict] = None,
@@ -151,6 +152,8 @@ def true_totals(config_path: str, rows: List[dict] = None,
     from apache_beam.options.pipeline_options import PipelineOptions
 
     job = job_config.load(config_path)
+    if rows is not None:  # (what the release is: its plan, Beam-free)
+        check_truth(rows, descriptor, job_release.release_plan(job))
     folder = tempfile.mkdtemp(prefix="truth-")
     job = job.replace(output=job_config.OutputSpec(folder, ("jsonl",)),
                       secret=job_config.SecretSpec(insecure=True))
@@ -159,8 +162,6 @@ def true_totals(config_path: str, rows: List[dict] = None,
         import dataclasses
         transform.config = dataclasses.replace(transform.config,
                                                selection_threshold=-math.inf)
-    if rows is not None:
-        check_truth(rows, descriptor, transform)
     try:
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
             job_run.build(pipeline, job, transform)

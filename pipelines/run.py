@@ -29,7 +29,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import commit, gate, io, local_pubsub, local_watermark, logs, storage, stream
+from pipelines import (commit, gate, io, job_release, local_pubsub, local_watermark, logs,
+                       storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
 from pipelines.plan_command import plan_arguments
@@ -64,9 +65,8 @@ def ephemeral_secret():
 def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release_id=None,
                     mechanism=None, secret_fingerprint=None, noise_source=None,
                     noise_version=None, checkpoint=None):
-    """The configured transform. `secret` overrides the config's (`noise_source`: an injected
-    source instead, e.g. the report's exact totals); `release_id`, `mechanism` (name, params)
-    and `noise_version` continue an existing release (the scheduler's ledger)."""
+    """The configured transform: `release_spec` bound to a secret. `secret` overrides the
+    config's (`noise_source`: an injected source instead, e.g. the report's exact totals)."""
     if secret is None and noise_source is None:
         if job.secret.stored:
             job_config.fail("secret.stored", "used with a state directory "
@@ -74,30 +74,10 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
         if not job.secret.configured:
             job_config.fail("secret", "configured (env, path or gcp_secret) for this runner", "none")
         secret = job.secret.ref()
-    name, params = mechanism or (job.mechanism.name, job.mechanism.params)
-    kwargs = dict(steps=job.steps.time_steps(),
-                  mechanism=name, mechanism_params=params or None,
-                  confidence=job.confidence, secret=secret, noise_source=noise_source,
-                  insecure=job.secret.insecure,
-                  noise=job.privacy.noise, release_id=release_id, diagnostics=True,
-                  secret_fingerprint=secret_fingerprint,
-                  max_state_bytes_per_key=job.mechanism.max_state_bytes_per_key,
-                  release_delay_steps=job.steps.release_delay_steps, gate_share=job.gate_share,
-                  gate_rule=gate.rule_of(job) if job.gate_share is not None else None,
-                  allowed_lateness_seconds=job.steps.allowed_lateness_seconds,
-                  **job.privacy.budget, **job.bounds)
-    if noise_version is not None:
-        kwargs["noise_version"] = noise_version
-    if checkpoint is not None:  # a streaming release that can be continued
-        kwargs["checkpoint"] = checkpoint
-    if job.postprocess is not None:
-        kwargs["postprocess"] = job.postprocess
-    spec = registry.SPECS[job.transform]
-    if spec.single_key is None:
-        kwargs["public_keys"] = job.public_keys
-    if spec.single_key is None and job.public_keys is None:  # keys selected privately
-        kwargs["key_type"] = job.input.types["key"]
-    return spec.transform_class()(**kwargs)
+    spec = job_release.release_spec(job, release_id, mechanism, noise_version)
+    return registry.SPECS[job.transform].transform_class()(
+        spec=spec, secret=secret, noise_source=noise_source, insecure=job.secret.insecure,
+        secret_fingerprint=secret_fingerprint, checkpoint=checkpoint)
 
 
 def release_manifest(transform) -> dict:
@@ -120,7 +100,8 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
     # records (one per public key and step) + dead letters
-    verdict = gate.decide(pipeline, gate.Gate.of(job, transform), transform, elements, dead,
+    verdict = gate.decide(pipeline, gate.Gate.of(job, transform.plan, private=transform.noisy),
+                          transform, elements, dead,
                           dead + [result.dead_letters], after=passed)
     records = gate.gated(result.records, verdict, "InputGate")
     # the same records, once the input's dead letters passed the gate (else the job fails)

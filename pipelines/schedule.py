@@ -113,7 +113,7 @@ def build(pipeline, job, transform, released, complete, previous, folder, listed
     # records of the window's steps + dead letters + the new unit and key states
     # the private gate runs once, in the run that starts the release (a unit's votes in every
     # run would spend its share again each run); later runs check the structure only
-    rule = gate.Gate.of(job, transform, private=released == 0)
+    rule = gate.Gate.of(job, transform.plan, private=released == 0 and transform.noisy)
     verdict = gate.decide(pipeline, rule, transform, elements, dead,
                           dead + [result.dead_letters], after=passed)
     records, unit_states, key_states = (

@@ -141,7 +141,7 @@ def test_a_started_release_continues_over_the_budget_with_a_warning(caplog):
     """`release_id` continues an existing release (the scheduler's ledger): its mechanism and
     states exist, so the budget cannot change them; refusing would strand the release. E.g. a
     release `auto` started on sqrt_toeplitz at T = 8760 before the budget existed."""
-    with caplog.at_level(logging.WARNING, logger="transforms.continual"):
+    with caplog.at_level(logging.WARNING, logger="transforms.release_plan"):
         transform = count(8760, mechanism="sqrt_toeplitz", release_id="ab" * 16)
     assert transform.config.mechanism == "sqrt_toeplitz"
     assert any("140185 B per key exceeds max_state_bytes_per_key (65536 B)" in r.getMessage()
@@ -337,7 +337,7 @@ def test_a_scheduled_release_resumes_when_the_budget_changes(tmp_path, caplog):
                                          checkpoints.LEDGER)))
     assert ledger["mechanism"] == "sqrt_toeplitz"
     assert not any(BUDGET in name for name in ledger["config"])
-    with caplog.at_level(logging.WARNING, logger="transforms.continual"):
+    with caplog.at_level(logging.WARNING, logger="transforms.release_plan"):
         second = schedule.run_once(str(second_config), state, origin + 8 * hour)
     assert second["release_id"] == first["release_id"] and second["new_steps"] == 4
     assert any("217 B per key exceeds max_state_bytes_per_key (100 B)" in r.getMessage()

@@ -10,7 +10,7 @@ mechanism, descriptor, noise stream (the noise seam binds the release id AND the
 descriptor) and key states, under one release id, one claim and one ledger entry. The budget is
 shared by `accountant.share_budget` (sequential composition): the sum part's share w defaults to
 the split minimising the mean's delta-method variance at the worst-case mean
-(`ratio.best_split`: exactly 1/2), or is configured (`sum_share`).
+(`ratio.best_split`: exactly 1/2), or is configured (`sum_share`); `release_plan` plans it.
 
 Each record is the mean at one key and step: value = clamp(S^ / C^, 0, max_value) (the
 midpoint when C^ <= 0), stddev = the delta-method standard error, and [ci_low, ci_high] the
@@ -21,69 +21,35 @@ undefined and the record says nothing about it beyond its interval (the whole ra
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from transforms import validation as check
-from transforms.accountant import part_kwargs, share_budget
-from transforms.accountant import refuse_noise
 from transforms.continual import ContinualBase
-from transforms.mechanisms.discrete import NoiseTooLarge
-from transforms.mechanisms import NAMES, ConstantNoiseSource
-from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
-                                           MIN_STATE_BYTES_PER_KEY, STATE_BUDGET,
-                                           check_state_budget)
-from transforms.mechanisms.ratio import QuantileCurve, best_split, ratio_interval, step_noise
+from transforms.mechanisms import ConstantNoiseSource
+from transforms.mechanisms.ratio import QuantileCurve, ratio_interval, step_noise
 from transforms.messages import Released
-from transforms.release import descriptor_digest, new_release_id, public_key_digest
-from transforms.streams import ContributionBounds
-from transforms.streams.count import value_resolution as grid_of
-from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
+from transforms.release_plan import ReleasePlan
+from transforms.secret import SecretRef
+from transforms.streams.mean import COUNT, PARTS, SUM
 
-_FORWARDED = ("steps", "public_keys", "confidence", "secret", "seed", "insecure", "noise",
-              "secret_fingerprint", "noise_source", "release_delay_steps",
-              "allowed_lateness_seconds",
-              "max_state_bytes_per_key", "noise_version")
 _CACHED_CURVES = 1 << 10
 
 
 class _MeanPart(ContinualBase):
-    """One part (SUM or COUNT) of a `ContinualMean`; built only by it (`part_of`)."""
+    """One part (SUM or COUNT) of a `ContinualMean`: its part's plan bound to the mean's
+    secret and release id (its noise is bound to the id and to its own descriptor, so the two
+    parts never share noise); applied only by the mean, under the mean's claim."""
 
-    def __init__(self, *, part: str, mean: "ContinualMean", **kwargs):
-        self.part, self.mean = part, mean
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        mean = self.mean
-        return MeanProblem(mean.contribution_bounds, with_value=True,
-                           value_grid=mean.value_resolution, max_value=mean.max_value,
-                           part=self.part)
-
-    def bounds(self):
-        return {**self.mean.bounds(), "part": self.part}
-
-    @property
-    def value_scale(self):
-        return (self.mean.value_resolution or 1.0) if self.part == SUM else 1.0
-
-
-def _per_part(name: str, given, default) -> Dict[str, Any]:
-    """A value for both parts, or a mapping {"sum": ..., "count": ...}."""
-    if isinstance(given, dict) and set(given) == set(PARTS):
-        return dict(given)
-    if isinstance(given, dict) and name == "mechanism_params" and not set(given) & set(PARTS):
-        return {part: dict(given) for part in PARTS}
-    if isinstance(given, dict):
-        check.fail(name, "one value for both parts or a mapping with exactly the keys "
-                         "'sum' and 'count'", given)
-    return {part: default if given is None else given for part in PARTS}
+    def __init__(self, plan: ReleasePlan, mean: "ContinualMean"):
+        beam.PTransform.__init__(self)
+        ref = isinstance(mean.secret, SecretRef)  # else an injected noise source
+        self._bind(plan, mean.secret if ref else None, None, None if ref else mean.secret,
+                   mean.insecure, mean.config.secret_fingerprint, None, None,
+                   release_id=mean.release_id)
 
 
 class ContinualMean(ContinualBase):
@@ -94,115 +60,17 @@ class ContinualMean(ContinualBase):
     max_value / 100). `sum_share`: the sum part's share of the budget (default: the worst-case
     optimum, 1/2). `mechanism` / `mechanism_params`: one for both parts, or a mapping
     {"sum": ..., "count": ...}. `max_state_bytes_per_key` bounds a key's two states together
-    (each part gets half)."""
+    (each part gets half). Planned by `release_plan.plan_release` (its composed parts); its
+    census and claims use the count part's configuration."""
 
-    def __init__(self, *, max_value: float, max_contributions: int = 1,
-                 max_contributions_per_step=None, max_keys_per_unit: int = 1,
-                 value_resolution: Optional[float] = None, sum_share: Optional[float] = None,
-                 mechanism="auto", mechanism_params=None, **kwargs):
-        if kwargs.get("postprocess") is not None:
-            check.fail("postprocess", "absent for a mean (its values are clamped to [0, "
-                                      "max_value] already)", kwargs["postprocess"])
-        self.contribution_bounds = ContributionBounds(max_contributions,
-                                                      max_contributions_per_step,
-                                                      max_keys_per_unit)
-        self.max_value = check.positive_finite("max_value", max_value)
-        self.value_resolution = grid_of(max_value, value_resolution,
-                                        kwargs.get("noise", "discrete"))
-        self.sum_share = None if sum_share is None else check.open_unit_interval(
-            "sum_share", sum_share)
-        self.part_mechanisms = _per_part("mechanism", mechanism, "auto")
-        for part, name in self.part_mechanisms.items():
-            check.one_of(f"mechanism.{part}", name, ("auto",) + NAMES)
-        self.part_params = _per_part("mechanism_params", mechanism_params, None)
-        self._forwarded = {k: v for k, v in kwargs.items() if k in _FORWARDED}
-        # a key of the mean holds one state per part: each part gets half the state budget
-        budget = check_state_budget(kwargs.get("max_state_bytes_per_key",
-                                               DEFAULT_MAX_STATE_BYTES_PER_KEY))
-        if budget // 2 < MIN_STATE_BYTES_PER_KEY:
-            check.fail(STATE_BUDGET, f"an integer >= {2 * MIN_STATE_BYTES_PER_KEY} for a mean "
-                                     f"(a key holds one state per part)", budget)
-        self._forwarded[STATE_BUDGET] = budget // 2
-        super().__init__(**kwargs)
-
-    def make_problem(self):
-        """The count part's problem: its unit states are the mean's (both parts run one rule
-        on the same events, so their unit states are equal)."""
-        return MeanProblem(self.contribution_bounds, with_value=True,
-                           value_grid=self.value_resolution, max_value=self.max_value,
-                           part=COUNT)
-
-    def bounds(self):
-        return {**dataclasses.asdict(self.contribution_bounds), "max_value": self.max_value,
-                "value_resolution": self.value_resolution}
-
-    def _release_config(self):
-        split = best_split(0.0, self.max_value, self.budget.noise)
-        share = split.sum_share if self.sum_share is None else self.sum_share
-        budgets = share_budget(self.budget, {SUM: share, COUNT: 1.0 - share})
-        self.parts = {}
-        for part in PARTS:
-            try:
-                self.parts[part] = _MeanPart(
-                    part=part, mean=self, part_of=type(self).__name__, diagnostics=(
-                        self.diagnostics and part == SUM),  # operator counts once
-                    mechanism=self.part_mechanisms[part],
-                    mechanism_params=self.part_params[part],
-                    release_id=self._given_release_id, **part_kwargs(budgets[part]),
-                    **self._forwarded)
-            except NoiseTooLarge as error:  # in the mean's budget (a part's is a share)
-                refuse_noise(self._whole_budget, error, f"the {part} part's ",
-                             grid=self.value_resolution is not None)
-        sum_part = self.parts[SUM]
-        self.descriptor = {
-            "format": 2, "transform": type(self).__name__, "budget": self.budget_spent,
-            "sum_share": share, "split": "configured" if self.sum_share is not None else
-            f"{split.formula} at m = {split.reference_mean:g} (the worst case)",
-            "noise": sum_part.descriptor["noise"],
-            "noise_derivation": sum_part.descriptor["noise_derivation"],
-            "horizon": self.steps.horizon, "origin": self.steps.origin,
-            "step_seconds": self.steps.size, "bounds": self.bounds(),
-            "interval": "fieller test inversion (transforms.mechanisms.ratio)",
-            "public_keys": public_key_digest(self.public_keys),
-            "parts": {part: self.parts[part].descriptor for part in PARTS}}
-        if self.gate is not None:  # (absent otherwise: the digests of releases before)
-            self.descriptor["gate"] = self.gate
-        self._digest = descriptor_digest(self.descriptor)
-        self.release_id = new_release_id(self._given_release_id, self.private, self.secret,
-                                         self._digest)
-        for part in self.parts.values():
-            part.join(self.release_id)
-        self.state_bytes_per_key = sum(p.state_bytes_per_key for p in self.parts.values())
-        return self.parts[COUNT].config  # the census and claims use its secret and binding
-
-    # ----- the release's interface -----
-    @property
-    def descriptor_digest(self) -> str:
-        return self._digest
+    statistic = "mean"
 
     @property
-    def resolved_mechanism(self) -> Tuple[Any, Any]:
-        return ({part: p.resolved_mechanism[0] for part, p in self.parts.items()},
-                {part: p.resolved_mechanism[1] for part, p in self.parts.items()})
-
-    def summary(self) -> dict:
-        """Besides every release's fields, the parts' MaxSE (sum in value units) and the mean's
-        error at the worst-case mean for a key whose count is C: `se_times_count` / C (delta
-        method: sqrt(Vs + M^2 Vc) / C; what `plan --mean-max-value` prints)."""
-        names, params = self.resolved_mechanism
-        laws = self.mean_records()
-        sum_se = laws.law(SUM).max_se() * (self.value_resolution or 1.0)
-        count_se = laws.law(COUNT).max_se()
-        return {"mechanism": f"mean = sum ({names[SUM]}) / count ({names[COUNT]})",
-                "mechanism_params": {**params, "sum_share": self.descriptor["sum_share"]},
-                "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
-                "gate": self.gate, "key_budget": {part: p.descriptor["key_budget"]
-                               for part, p in self.parts.items()},
-                "part_max_se": {SUM: sum_se, COUNT: count_se},
-                "se_times_count": math.sqrt(sum_se ** 2 + (self.max_value * count_se) ** 2)}
-
-    def plan_declarations(self) -> list:
-        return [("", self.descriptor)]  # `pipelines.plan --mean-max-value` plans both parts
+    def parts(self) -> Dict[str, _MeanPart]:
+        """The parts' transforms (built once, on first use)."""
+        if getattr(self, "_parts", None) is None:
+            self._parts = {part: _MeanPart(self.plan.parts[part], self) for part in PARTS}
+        return self._parts
 
     def display_data(self):
         data = {f"{part}_{k}": v for part, p in self.parts.items()
@@ -244,11 +112,11 @@ class ContinualMean(ContinualBase):
                         results[COUNT].unit_states, key_states)
 
     def mean_records(self) -> "MeanRecords":
-        names, params = self.resolved_mechanism
+        plan = self.plan
         return MeanRecords({part: p.config for part, p in self.parts.items()},
-                           self.max_value, self.confidence,
-                           f"mean = sum ({names[SUM]}) / count ({names[COUNT]})",
-                           {**params, "sum_share": self.descriptor["sum_share"]},
+                           plan.truncation.composed.max_value, self.confidence,
+                           plan.mean_mechanism,
+                           {**plan.params, "sum_share": self.descriptor["sum_share"]},
                            self.budget_spent)
 
 

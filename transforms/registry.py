@@ -1,8 +1,9 @@
 """One row per transform: its class, the input fields it reads (in element order), and its
 bounds with their defaults. Config validation (`pipelines.config`), element parsing
-(`pipelines.io`) and the config reference (docs/operations.md) are derived from these rows, so adding a
-transform touches one row here, one problem in `streams/units.py` and one class in
-`continual.py`. Imports no Beam (classes are loaded on first use).
+(`pipelines.io`) and the config reference (docs/operations.md) are derived from these rows, so
+adding a statistic touches one row here, its truncation in `transforms.truncations` (a
+`Problem` of `streams/units.py`) and a class naming the row in `transforms.statistics`.
+Imports no Beam (classes and truncations are loaded on first use).
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class TransformSpec:
     can: FrozenSet[str] = frozenset()
     # the roles naming the unit of a record (the input gate votes per unit); () = no gate
     unit_roles: Tuple[str, ...] = ()
+    # its truncation: a function of `transforms.truncations` (default: the row's name) taking
+    # the bounds (and the noise kind) -> a `Truncation`
+    truncation: str = ""
 
     @property
     def roles(self) -> Tuple[str, ...]:
@@ -54,6 +58,21 @@ class TransformSpec:
     def transform_class(self):
         return getattr(importlib.import_module(self.module), self.class_name)
 
+    def truncate(self, bounds: Dict[str, Any], noise: str):
+        """The statistic's `Truncation` for `bounds` (refused: a bound it does not take)."""
+        unknown = sorted(set(bounds) - set(self.bounds))
+        if unknown:
+            raise TypeError(f"`{unknown[0]}` must be a bound of {self.class_name} "
+                            f"({', '.join(self.bounds) or 'none'}); got {bounds[unknown[0]]!r}.")
+        missing = [name for name, default in self.bounds.items()
+                   if default == REQUIRED and name not in bounds]
+        if missing:
+            raise TypeError(f"`{missing[0]}` must be given to {self.class_name} (a required "
+                            f"bound); got nothing.")
+        factory = getattr(importlib.import_module("transforms.truncations"),
+                          self.truncation or self.name)
+        return factory(noise=noise, **bounds)
+
 
 _COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
                  "max_keys_per_unit": 1}
@@ -68,7 +87,7 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
                   numeric=("value",), summary="running sum of clamped values per key",
                   unit="user", derived={"value_resolution": _GRID}, can=_ALL,
-                  unit_roles=("unit",)),
+                  unit_roles=("unit",), truncation="sum_"),
     TransformSpec("mean", "ContinualMean", ("unit", "key", "value"),
                   {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None,
                    "sum_share": None},

@@ -394,7 +394,7 @@ def test_a_units_good_and_bad_records_are_one_gate_unit_in_every_transform():
                                good.get(column))
         elements = list(io.ToElement(job).process(row))
         assert len(elements) == 1 and not hasattr(elements[0], "tag"), (name, elements)
-        rule = gate.Gate.of(job, types_namespace(job))
+        rule = gate.Gate.of(job, types_namespace(job), private=False)
         unit, _ = rule.record_votes(elements[0].value, 1767571300.0)
         bad = dict(row, **{fields["timestamp"]: "not a time"})
         letter, = list(io.ToElement(job).process(bad))
@@ -403,7 +403,7 @@ def test_a_units_good_and_bad_records_are_one_gate_unit_in_every_transform():
 
 def types_namespace(job):
     import types
-    return types.SimpleNamespace(public_keys=None, gate=None)
+    return types.SimpleNamespace(spec=types.SimpleNamespace(public_keys=None), gate=None)
 
 
 def test_records_the_transform_refuses_vote_malformed():
