@@ -32,7 +32,7 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import stages
-from transforms.key_window import other_key_type, release_window
+from transforms.key_state import KeyState, advance, other_key_type
 from transforms.messages import (DEAD_LETTER, METRICS, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
                                  MICRO, UNIT_STATES, Released, StageOutput, StepWindow,
                                  add_exact, count_dropped, dead_letter, empty)
@@ -191,7 +191,7 @@ class _ReleaseKeysFn(beam.DoFn):
         if self.selects:  # every key with data (or a state: it had data in a run before)
             refused = other_key_type(key, self.config)
             if refused is not None:
-                yield refused
+                yield dead_letter(key, refused)
                 return
             yield from self._release(key, grouped, window)
         elif list(grouped["seed"]):  # else not a public key: no output, whatever its data
@@ -203,38 +203,24 @@ class _ReleaseKeysFn(beam.DoFn):
         if len(saved) > 1:
             fail("key states", f"one per key (key {key_text(key)!r} has {len(saved)})",
                  len(saved))
-        start = selected = None  # selection: the key's first step with data, its selection
-        if saved:
-            if self.selects:
-                data, halted, start, selected = saved[0]
-            else:
-                data, halted = saved[0]
-            state = self.maker.restore(key, data)
-        elif first == 0 or self.selects:  # a selected key's stream from step 0, as public
-            state, halted = self.maker.mechanism.init_state(), None
-            if first:  # its first data is in this run: no data before (its noise only)
-                _, state = self.maker.for_key(key).advance(state, np.zeros(first))
-        else:
-            raise RuntimeError(f"no saved state for public key {key_text(key)!r}")
-        if state.steps != first:
-            raise RuntimeError(f"key {key_text(key)!r} is at step {state.steps}, the run "
-                               f"starts at {first}")
+        saved = KeyState(*saved[0]) if saved else None
         x = np.zeros(stop - first)
+        halt = data_from = None
         for values, halts in grouped["totals"]:  # one per key (SumPerKeyAndStep)
             if halts:
-                halted = min(halts) if halted is None else min(halted, min(halts))
+                halt = min(halts) if halt is None else min(halt, min(halts))
             for step, value in values.items():
                 if step not in halts:  # a halted step's sum is not added (as one StepTotal)
                     x[step - first] += value
-            if values and start is None:  # a kept contribution starts the key (any value)
-                start = min(values)
-        run = release_window(self.maker, key, state, x, first, halted, start, selected,
-                             self.tau)
-        state, halted, start, selected = run.state, run.halted, run.start, run.selected
-        for reason in run.dead:
+            if values and data_from is None:  # a kept contribution starts the key (any value)
+                data_from = min(values)
+        # a public key's stream starts at step 0; a selected key's whenever it has data
+        published, dead, state = advance(self.maker, key, saved, x, first, halt, data_from,
+                                         self.tau, may_start=first == 0 or self.selects)
+        for reason in dead:
             yield dead_letter(key, reason)
         stamps = self._stamps
-        for step, value, previous in run.published:
+        for step, value, previous in published:
             record = self.maker.record(key, step, value, previous)
             if isinstance(window, GlobalWindow):  # = TimestampedValue, without re-assigning
                 yield WindowedValue(record, stamps[step], GLOBAL_WINDOWS)
@@ -242,11 +228,9 @@ class _ReleaseKeysFn(beam.DoFn):
                 yield TimestampedValue(record, stamps[step])
         if self.selects and self.with_data is not None:  # operator-only (private counts)
             self.with_data.inc()
-            if selected is not None:
+            if state.selected is not None:
                 self.published.inc()
-        sealed = self.maker.seal(key, state)
-        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, (sealed, halted, start, selected)
-                                                    if self.selects else (sealed, halted)))
+        yield beam.pvalue.TaggedOutput(KEY_STATES, (key, state.wire(self.selects)))
 
 
 class TruncateUnits(beam.PTransform):

@@ -15,7 +15,7 @@ unpublished). Here the progress belongs to the bucket, seeded at the origin like
 a step total is late iff its bucket released its step, the same with or without any unit. A key
 of the bucket gets its state with its first on-time data; its stream's noise is the public-key
 noise from step 0 (the steps before its data release noise only, never published), and each
-release of due steps runs `key_window.release_window`, the batch rule. So the records equal the
+release of due steps runs `key_state.advance`, the batch rule. So the records equal the
 batch release's whenever no data is late.
 
 Cost: one timer per bucket and step; a firing reads the bucket's key states (one cell) and its
@@ -36,7 +36,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.key_window import other_key_type, release_window
+from transforms.key_state import KeyState, advance, due_stop, next_wake, other_key_type
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
                                  add_exact, dead_letter, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
@@ -55,7 +55,7 @@ def bucket_of(key, buckets: int = BUCKETS) -> int:
 
 class ReleaseBucketFn(beam.DoFn):
     """Per bucket: its progress (steps released, seeded at the origin), its keys' states
-    {key: (sealed state, first step with data, selection step, halt step)} and its pending
+    {key: `key_state.KeyState` as a tuple} and its pending
     step totals (key, step, exact partials); releases every due step of every key with state
     at each step's release time (the watermark past the end of step s + release_delay_steps,
     and never before the wall clock: as `streaming.ReleaseStreamingFn`)."""
@@ -86,7 +86,7 @@ class ReleaseBucketFn(beam.DoFn):
         key, step, value = message
         refused = other_key_type(key, self.config)
         if refused is not None:
-            yield refused
+            yield dead_letter(key, refused)
             return
         released = progress.read() or 0
         if step < released:  # the bucket released the step: late for every key alike
@@ -117,20 +117,17 @@ class ReleaseBucketFn(beam.DoFn):
         yield from self._release(release, progress, keys, pending, timer, retry)
 
     def _release(self, fire: int, progress, keys, pending, timer, retry):
+        """The steps due by `fire` (micros) and the wall clock (`key_state.due_stop`), then
+        the next timer (`key_state.next_wake`)."""
         horizon, first = self.config.steps.horizon, progress.read() or 0
-        due = min(fire, int(time.time() * 1e6))
-        stop = first
-        while stop < horizon and self._release_micros(stop) <= due:
-            stop += 1
+        stop = due_stop(self._release_micros, horizon, first, fire, int(time.time() * 1e6))
         if stop > first:
             yield from self._release_steps(first, stop, keys, pending)
             progress.write(stop)
-        if stop < horizon:
-            following = self._release_micros(stop)
-            if following <= fire:  # held by the wall clock: re-check on it
-                retry.set(Timestamp(micros=following))
-            else:
-                timer.set(Timestamp(micros=following))
+        wake = next_wake(self._release_micros, horizon, stop, fire)
+        if wake is not None:
+            held, at = wake
+            (retry if held else timer).set(Timestamp(micros=at))
 
     def _release_steps(self, first: int, stop: int, keys, pending):
         """Steps first .. stop - 1 of every key with state or pending totals in them."""
@@ -150,28 +147,20 @@ class ReleaseBucketFn(beam.DoFn):
         maker, tau, steps = self.maker, self.config.selection_threshold, self.config.steps
         for key in sorted(set(states) | set(sums), key=lambda k: (type(k).__name__, k)):
             by_step = sums.get(key, {})
-            if key in states:
-                sealed, start, selected, halted = states[key]
-                state = maker.restore(key, sealed)
-            else:  # its first data: its stream from step 0, as a public key's
-                start, selected, halted = min(by_step), None, None
-                state = maker.mechanism.init_state()
-                if first:
-                    _, state = maker.for_key(key).advance(state, np.zeros(first))
-            if state.steps != first:
-                fail("key state", f"at step {first} (key {key_text(key)!r} is at "
-                                  f"{state.steps})", state.steps)
             x = np.zeros(stop - first)
             for step, partials in by_step.items():  # exact, rounded once (as batch's sums)
                 x[step - first] = math.fsum(partials)
-            run = release_window(maker, key, state, x, first, halted, start, selected, tau)
-            for reason in run.dead:
+            # a key's first data starts its stream from step 0, as a public key's
+            saved = states.get(key)
+            published, dead, states[key] = advance(
+                maker, key, None if saved is None else KeyState(*saved), x, first,
+                data_from=min(by_step) if by_step else None, tau=tau)
+            for reason in dead:
                 yield dead_letter(key, reason)
-            for step, value, previous in run.published:
+            for step, value, previous in published:
                 yield TimestampedValue(maker.record(key, step, value, previous),
                                        Timestamp.of(steps.end(step) - MICRO))
-            states[key] = (maker.seal(key, run.state), run.start, run.selected, run.halted)
-        keys.write(states)
+        keys.write({key: tuple(state) for key, state in states.items()})
 
 
 class ReleaseSelected(beam.PTransform):

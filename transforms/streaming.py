@@ -34,6 +34,7 @@ from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, ST
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of,
                                  partials_struct)
+from transforms.key_state import due_stop, next_wake
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
@@ -367,6 +368,9 @@ class ReleaseStreamingFn(beam.DoFn):
     def _release_time(self, step):
         return micros_of(self.config.steps.end(step + self.config.release_delay_steps))
 
+    def _release_micros(self, step: int) -> int:
+        return self._step_times(step)[2]
+
     def process(self, element, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
         key, message = element
@@ -449,15 +453,11 @@ class ReleaseStreamingFn(beam.DoFn):
                                f"on other data")
         maker, horizon, step = self.maker, self.config.steps.horizon, released
         previous = None  # the key's release at step - 1, derived once it is needed
-        # a step is due when the watermark passed its release time, and never before the wall
-        # clock did: a drain moves the watermark to the end of time, which must not release
-        # the steps still to come (with no data) and seal the release early
-        due = min(fire, int(time.time() * 1e6))
+        # the steps due by the watermark and the wall clock (`key_state.due_stop`)
+        due = due_stop(self._release_micros, horizon, step, fire, int(time.time() * 1e6), stop)
         records = []
-        while step < horizon and (stop is None or step < stop):
+        while step < due:
             times = self._step_times(step)
-            if times[2] > due:
-                break
             before = sealed
             out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
             if out is None:  # exact totals: the key halts at this step (fail closed)
@@ -477,15 +477,12 @@ class ReleaseStreamingFn(beam.DoFn):
             step += 1
         if records:
             state.write((sealed, step, stop, {} if stop == step else pending))
-        if step < horizon and (stop is None or step < stop):
-            following = self._step_times(step)
-            if following[2] <= fire:  # held by the wall clock: an event-time timer would
-                self.held.inc()       # fire at once; re-check on the wall clock
-                retry.set(Timestamp(micros=following[2]))
-            else:
-                # also after a firing with nothing due: the local runner repeats a firing and
-                # the repeat clears the timer the first one set (it would never fire again)
-                timer.set(following[1])
+        wake = next_wake(self._release_micros, horizon, step, fire, stop)
+        if wake is not None and wake[0]:  # held by the wall clock: re-check on it
+            self.held.inc()
+            retry.set(Timestamp(micros=wake[1]))
+        elif wake is not None:
+            timer.set(self._step_times(step)[1])
         yield from records
 
 
