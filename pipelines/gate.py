@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Optional
+from typing import Any, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -55,7 +55,7 @@ from transforms.arrow_input import EventBatch, python_cells
 from transforms.mechanisms.discrete import (DISCRETE_GAUSSIAN, DISCRETE_LAPLACE,
                                             DiscreteSampler)
 from transforms.release import descriptor_digest
-from transforms.streams.records import INPUT_CODES, validate_event, validate_update
+from transforms.streams.records import INPUT_CODES
 from transforms.validation import ValidationError
 from transforms.registry import SPECS
 
@@ -103,32 +103,6 @@ def _element_values(shape, element) -> dict:
     return values
 
 
-def _well_formed(transform: str, values: dict) -> bool:
-    """Whether the transform takes the element (its own rule, `streams.records`: ops, ids,
-    edges, values); an element it dead-letters votes malformed."""
-    if transform in ("count", "sum", "mean"):
-        with_value = transform != "count"
-        record = (0, values.get("unit"), values.get("key")) + (
-            (values.get("value"),) if with_value else ())
-        return validate_event(record, 1, with_value=with_value)[1] is None
-    if transform == "count_distinct":
-        record = (0, values.get("op"), values.get("item"), values.get("key"))
-        return validate_update(record, 1, edge=False)[1] is None
-    if transform in ("degree_count", "triangle_count"):
-        record = (0, values.get("op"), (values.get("a"), values.get("b")))
-        return validate_update(record, 1, edge=True)[1] is None
-    return True
-
-
-def _key_used(transform: str, values: dict, keys) -> bool:
-    """Whether a well-formed record falls on a public key (`keys`: a set, None = any key)."""
-    if keys is None:
-        return True
-    if transform in ("degree_count",):
-        return values.get("a") in keys or values.get("b") in keys
-    return values.get("key") in keys
-
-
 @dataclasses.dataclass(frozen=True)
 class Gate:
     """The gate of one run: its rule (public: the config's) and the release it is bound to."""
@@ -141,6 +115,7 @@ class Gate:
     horizon: int
     public_keys: Optional[frozenset]  # None: keys selected privately
     private: Optional[dict]   # the release's gate entry {"share", "budget"}; None: structural
+    problem: Any              # the release's truncation `Problem`: its `parse` is the record rule
 
     @classmethod
     def of(cls, job, plan, outside_unusable: bool = False, private: bool = True) -> "Gate":
@@ -156,7 +131,7 @@ class Gate:
             if entry else job.input.max_dead_letter_fraction  # the release's own, when bound
         return cls(job.transform, SPECS[job.transform].shape, limit,
                    outside_unusable, steps.origin, steps.size, steps.horizon,
-                   None if keys is None else frozenset(keys), entry)
+                   None if keys is None else frozenset(keys), entry, plan.truncation.problem)
 
     # ----- the rule (public: from the config and the release's descriptor) -----
     @property
@@ -189,12 +164,14 @@ class Gate:
         """(unit, category) of a well-formed element at event time `seconds`."""
         values = _element_values(self.shape, element)
         unit = unit_of(self.transform, values)
-        if not _well_formed(self.transform, values):
+        if self.problem.parse(element)[1] is not None:  # the transform dead-letters it
             return unit, MALFORMED
         step = math.floor((seconds - self.origin) / self.size)
         if not 0 <= step < self.horizon:
             return unit, OUTSIDE
-        return unit, USED if _key_used(self.transform, values, self.public_keys) else OFF_KEY
+        keys, roles = self.public_keys, SPECS[self.transform].key_roles
+        used = keys is None or not roles or any(values.get(role) in keys for role in roles)
+        return unit, USED if used else OFF_KEY
 
     def score(self, votes) -> int:
         unit_scores, _, _ = self.scores()

@@ -562,11 +562,6 @@ def keys_warning(summary: dict):
             f"(spelling, case, type)")
 
 
-# a bound the truncation counters name (`truncated_by_<reason>`) -> the config's bound
-CUT_BOUNDS = {"contribution_bound": {"count_distinct": "max_flips",
-                                     "degree_count": "max_updates"}}
-
-
 def truncation_warning(summary: dict, job, config_path: str = None):
     """One line when the contribution bounds cut more than half the events that entered
     truncation (operator-only: exact counts), naming the share, the bound that cut most and the
@@ -577,7 +572,7 @@ def truncation_warning(summary: dict, job, config_path: str = None):
     if not events or cut * 2 <= events:
         return None
     reason = max(sorted(truncated), key=lambda name: truncated[name])
-    bound = CUT_BOUNDS.get(reason, {}).get(job.transform, reason)
+    bound = registry.SPECS[job.transform].cut_by.get(reason, reason)
     value = job.bounds.get(bound)
     if isinstance(value, int) and not isinstance(value, bool):
         # a sum's mass below one full value: try whole values (max_value per event) too

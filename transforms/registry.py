@@ -37,6 +37,12 @@ class TransformSpec:
     can: FrozenSet[str] = frozenset()
     # the roles naming the unit of a record (the input gate votes per unit); () = no gate
     unit_roles: Tuple[str, ...] = ()
+    # the roles naming the key(s) a record falls on (the input gate's off-key votes); () = the
+    # one key of a transform without key lists
+    key_roles: Tuple[str, ...] = ("key",)
+    # a truncation counter's reason (`truncated_by_<reason>`) -> the bound that sets it, where
+    # the bound is not named as the reason (`pipelines.run.truncation_warning`)
+    cut_by: Dict[str, str] = dataclasses.field(default_factory=dict)
     # its truncation: a function of `transforms.truncations` (default: the row's name) taking
     # the bounds (and the noise kind) -> a `Truncation`
     truncation: str = ""
@@ -99,17 +105,20 @@ SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},
                   summary="distinct present items per key (item-level)",
-                  unit="item", can=frozenset((SELECT_KEYS, CAPS)), unit_roles=("item",)),
+                  unit="item", can=frozenset((SELECT_KEYS, CAPS)), unit_roles=("item",),
+                  cut_by={"contribution_bound": "max_flips"}),
     TransformSpec("degree_count", "ContinualDegreeCount", ("op", ("a", "b")),
                   {"max_updates": REQUIRED}, summary="degree of every public node "
                                                       "(edge-level)",
                   unit="edge; each node key gets half the budget", can=frozenset((CAPS,)),
-                  unit_roles=("a", "b")),
+                  unit_roles=("a", "b"), key_roles=("a", "b"),
+                  cut_by={"contribution_bound": "max_updates"}),
     TransformSpec("triangle_count", "ContinualTriangleCount", ("op", ("a", "b")),
                   {"max_degree": REQUIRED, "max_contribution": REQUIRED},
                   single_key="triangles", summary="triangle count of one graph (edge-level, "
                                                   "bounded-degree graphs)",
-                  unit="edge (bounded-degree graphs only)", unit_roles=("a", "b")),
+                  unit="edge (bounded-degree graphs only)", unit_roles=("a", "b"),
+                  key_roles=()),
     TransformSpec("release", "ContinualRelease", ("key", "value"),
                   {"max_contributions": 1, "interval_bound": 1, "keys_per_unit": 1},
                   numeric=("value",), summary="already-computed differences with a declared "

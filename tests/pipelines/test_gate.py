@@ -17,6 +17,8 @@ import yaml
 from pipelines import gate
 from pipelines import run as job_run
 from pipelines import schedule
+from pipelines import job_release
+from transforms import registry
 from transforms.mechanisms.noise import ConstantNoiseSource, KeyedNoiseSource
 from transforms.streams.records import CODES
 
@@ -41,9 +43,17 @@ def _public_files(tmp_path):
             and "/.releases/" not in p]
 
 
+def _problem(transform):
+    """The transform's truncation with every required bound 1 (its `parse` is what counts)."""
+    row = registry.SPECS[transform]
+    return row.truncate({k: 1 for k, v in row.bounds.items() if v == registry.REQUIRED},
+                        "discrete").problem
+
+
 def _rule(limit=0.5, budget=None, transform="count", keys=("a", "b")):
-    return gate.Gate(transform, ("unit", "key"), limit, False, 0.0, 3600.0, 48,
-                     frozenset(keys), {"share": 0.02, "budget": budget or {"epsilon": 0.02}})
+    return gate.Gate(transform, registry.SPECS[transform].shape, limit, False, 0.0, 3600.0, 48,
+                     frozenset(keys), {"share": 0.02, "budget": budget or {"epsilon": 0.02}},
+                     _problem(transform))
 
 
 def _source(value=0):
@@ -394,23 +404,17 @@ def test_a_units_good_and_bad_records_are_one_gate_unit_in_every_transform():
                                good.get(column))
         elements = list(io.ToElement(job).process(row))
         assert len(elements) == 1 and not hasattr(elements[0], "tag"), (name, elements)
-        rule = gate.Gate.of(job, types_namespace(job), private=False)
+        rule = gate.Gate.of(job, job_release.release_plan(job), private=False)
         unit, _ = rule.record_votes(elements[0].value, 1767571300.0)
         bad = dict(row, **{fields["timestamp"]: "not a time"})
         letter, = list(io.ToElement(job).process(bad))
         assert letter.value["unit"] == unit, (name, letter.value, unit)
 
 
-def types_namespace(job):
-    import types
-    return types.SimpleNamespace(spec=types.SimpleNamespace(public_keys=None), gate=None)
-
-
 def test_records_the_transform_refuses_vote_malformed():
     """Adversary review of #38, 6: an element the transform dead-letters (a misspelt op, a
     self-loop) is a malformed vote, not a used one."""
-    rule = dataclasses.replace(_rule(), transform="degree_count", shape=("op", ("a", "b")),
-                               public_keys=None)
+    rule = dataclasses.replace(_rule(transform="degree_count"), public_keys=None)
     assert rule.record_votes(("+", (1, 2)), 10.0) == (gate.unit_of(
         "degree_count", {"a": 1, "b": 2}), gate.USED)
     assert rule.record_votes(("x", (1, 2)), 10.0)[1] == gate.MALFORMED
