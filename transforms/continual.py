@@ -30,7 +30,7 @@ from transforms.census import CheckCensus, WriteCensus, census_of
 from transforms.claims import (ClaimOnce, Claimed, NothingLater, WindowClaims, claim_of,
                                guard, guarded)
 from transforms.mechanisms.choose import STATE_BUDGET
-from transforms.release import NoNoise
+from transforms.release import NoNoise, check_secret
 from transforms.release_plan import ReleasePlan, ReleaseSpec, plan_release
 from transforms.secret import SecretRef
 from transforms.bounded import release_bounded
@@ -62,8 +62,8 @@ class ContinualBase(beam.PTransform):
         insecure demos and tests `seed` / `noise_source`), where a private release claims its
         steps (`claims`) and, on unbounded input, where it checkpoints (`checkpoint`)."""
         super().__init__(label)
-        if spec is None:
-            spec = ReleaseSpec.of(self.statistic, **choices)
+        if spec is None:  # (a subclass is its own release: its name is in the descriptor)
+            spec = ReleaseSpec.of(self.statistic, name=type(self).__name__, **choices)
         elif choices or spec.statistic != self.statistic:
             check.fail("spec", f"the only release argument, of statistic {self.statistic!r}",
                        spec.statistic if not choices else sorted(choices))
@@ -76,6 +76,7 @@ class ContinualBase(beam.PTransform):
         composite's)."""
         self.plan = plan
         spec = plan.spec
+        self.secret_arguments = (secret, seed, noise_source)  # as given (a mean's parts too)
         if sum(x is not None for x in (secret, seed, noise_source)) != 1:
             check.fail("secret", "given once, as SecretRef(env=\"DP_SECRET\") (or path= or "
                                  "gcp_secret=; for insecure demos and tests only: `seed` or "
@@ -99,6 +100,7 @@ class ContinualBase(beam.PTransform):
                                  "and tests)", given)
         if isinstance(self.secret, SecretRef):
             self.secret.check_early()  # a short env / local file secret: refused now
+        check_secret(self.secret)
         self.private = not public
         self._expanded = False
         self._window: Optional[StepWindow] = None

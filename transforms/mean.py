@@ -33,7 +33,6 @@ from transforms.mechanisms import ConstantNoiseSource
 from transforms.mechanisms.ratio import QuantileCurve, ratio_interval, step_noise
 from transforms.messages import Released
 from transforms.release_plan import ReleasePlan
-from transforms.secret import SecretRef
 from transforms.streams.mean import COUNT, PARTS, SUM
 
 _CACHED_CURVES = 1 << 10
@@ -46,10 +45,8 @@ class _MeanPart(ContinualBase):
 
     def __init__(self, plan: ReleasePlan, mean: "ContinualMean"):
         beam.PTransform.__init__(self)
-        ref = isinstance(mean.secret, SecretRef)  # else an injected noise source
-        self._bind(plan, mean.secret if ref else None, None, None if ref else mean.secret,
-                   mean.insecure, mean.config.secret_fingerprint, None, None,
-                   release_id=mean.release_id)
+        self._bind(plan, *mean.secret_arguments, mean.insecure,
+                   mean.config.secret_fingerprint, None, None, release_id=mean.release_id)
 
 
 class ContinualMean(ContinualBase):
@@ -116,7 +113,8 @@ class ContinualMean(ContinualBase):
         return MeanRecords({part: p.config for part, p in self.parts.items()},
                            plan.truncation.composed.max_value, self.confidence,
                            plan.mean_mechanism,
-                           {**plan.params, "sum_share": self.descriptor["sum_share"]},
+                           {**plan.resolved_mechanism[1],
+                            "sum_share": self.descriptor["sum_share"]},
                            self.budget_spent)
 
 

@@ -120,6 +120,26 @@ def check_release_id(release_id) -> str:
 _SECRET_METHODS = ("noise_source", "fingerprint", "secret_bytes", "describe")
 
 
+def check_secret(secret) -> None:
+    """Refuse what is not a NoiseSecret (named by its type: the value may hold secret bytes)."""
+    missing = [m for m in _SECRET_METHODS if not callable(getattr(secret, m, None))]
+    if missing:
+        fail("secret", "a NoiseSecret (a SecretRef, or a test double with the methods "
+                       + ", ".join(_SECRET_METHODS) + ")",
+             f"a {type(secret).__name__} without {', '.join(missing)}")
+
+
+def check_lateness(lateness, delay_steps: int, step_seconds: float) -> None:
+    """Unbounded input's allowed lateness: 0, or at most half the release delay (a step's
+    contributions reach its release before it is due)."""
+    if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
+            lateness == 0 or 0 < lateness <= delay_steps * step_seconds / 2):
+        fail("allowed_lateness_seconds", f"0, or in (0, {delay_steps} x {step_seconds:g} / 2] "
+                                         f"s (at most half the release delay: a step's "
+                                         f"contributions reach its release before it is due)",
+             lateness)
+
+
 def _is_sha256_hex(text) -> bool:
     """A SHA-256 digest as `hexdigest()` writes it: 64 lowercase hex digits."""
     return isinstance(text, str) and len(text) == 64 and all(
@@ -195,19 +215,9 @@ class ReleaseConfig:
         for name in ("max_contributions", "interval_bound", "keys_per_unit"):
             check.integer_at_least(name, getattr(self, name), 1)
         check.open_unit_interval("confidence", self.confidence)
-        missing = [m for m in _SECRET_METHODS if not callable(getattr(self.secret, m, None))]
-        if missing:  # named by its type: the value itself may hold secret bytes
-            fail("secret", "a NoiseSecret (a SecretRef, or a test double with the methods "
-                           + ", ".join(_SECRET_METHODS) + ")",
-                 f"a {type(self.secret).__name__} without {', '.join(missing)}")
+        check_secret(self.secret)
         check.integer_at_least("release_delay_steps", self.release_delay_steps, 0)
-        lateness = self.allowed_lateness_seconds
-        if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
-                lateness == 0 or 0 < lateness <= self.release_delay_steps * self.steps.size / 2):
-            fail("allowed_lateness_seconds", f"0, or in (0, {self.release_delay_steps} x "
-                                             f"{self.steps.size:g} / 2] s (at most half the "
-                                             f"release delay: a step's contributions reach its "
-                                             f"release before it is due)", lateness)
+        check_lateness(self.allowed_lateness_seconds, self.release_delay_steps, self.steps.size)
         check_release_id(self.release_id)
         if not _is_sha256_hex(self.descriptor_digest):
             fail("descriptor_digest", "64 lowercase hex digits (the release descriptor's "

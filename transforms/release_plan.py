@@ -37,7 +37,7 @@ from transforms.mechanisms.discrete import NoiseTooLarge
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS
 from transforms.mechanisms.privacy import PrivacyBudget, check_small_delta
 from transforms.mechanisms.ratio import best_split
-from transforms.release import (KEY_TYPES, ReleaseConfig, check_release_id,
+from transforms.release import (KEY_TYPES, ReleaseConfig, check_lateness, check_release_id,
                                 checked_public_keys, descriptor_digest, new_release_id,
                                 public_key_digest)
 from transforms.steps import TimeSteps
@@ -80,6 +80,7 @@ class ReleaseSpec:
     gate_rule: Optional[Mapping] = None
     release_id: Optional[str] = None    # given: a started release continues (mechanism fixed)
     diagnostics: bool = False
+    name: Optional[str] = None          # the descriptor's "transform" (default: the row's class)
 
     @classmethod
     def of(cls, statistic: str, **choices) -> "ReleaseSpec":
@@ -109,7 +110,8 @@ class ReleaseSpec:
         object.__setattr__(self, "public_keys",
                            None if keys is None else tuple(checked_public_keys(keys)))
         if self.selects:
-            object.__setattr__(self, "key_type", self.key_type or "str")
+            object.__setattr__(self, "key_type", "str" if self.key_type is None
+                               else self.key_type)
             check.one_of("key_type", self.key_type, tuple(KEY_TYPES))
         elif self.key_type is not None:
             check.fail("key_type", "None when public_keys are given (their types are listed)",
@@ -127,6 +129,8 @@ class ReleaseSpec:
         if self.release_id is not None:
             check_release_id(self.release_id)
         check.integer_at_least("release_delay_steps", self.release_delay_steps, 0)
+        check_lateness(self.allowed_lateness_seconds, self.release_delay_steps,
+                       self.steps.size)
 
     @property
     def row(self) -> registry.TransformSpec:
@@ -169,8 +173,9 @@ class ReleasePlan:
     def resolved_mechanism(self) -> Tuple[Any, Any]:
         """(mechanism, params) as resolved (auto's choice): what a continuation is built with
         (the scheduler's ledger stores it)."""
-        return self.mechanism, (dict(self.params) if not self.parts else
-                                {part: dict(p) for part, p in self.params.items()})
+        return self.mechanism, (dict(sorted(self.params.items())) if not self.parts else
+                                {part: dict(sorted(p.items()))
+                                 for part, p in self.params.items()})
 
     @property
     def budget_spent(self) -> dict:
@@ -187,14 +192,16 @@ class ReleasePlan:
         parts' MaxSE (sum in value units) and its error at the worst-case mean for a key whose
         count is C: `se_times_count` / C (delta method: sqrt(Vs + M^2 Vc) / C)."""
         if not self.parts:
-            return {"mechanism": self.mechanism, "mechanism_params": dict(self.params),
+            return {"mechanism": self.mechanism,
+                    "mechanism_params": self.resolved_mechanism[1],
                     "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
                     "key_budget": self.descriptor["key_budget"], "gate": self.gate}
         composed = self.truncation.composed
         sum_se = self.parts[SUM].zero_noise.max_se() * self.parts[SUM].truncation.value_scale
         count_se = self.parts[COUNT].zero_noise.max_se()
         return {"mechanism": self.mean_mechanism,
-                "mechanism_params": {**self.params, "sum_share": self.descriptor["sum_share"]},
+                "mechanism_params": {**self.resolved_mechanism[1],
+                                     "sum_share": self.descriptor["sum_share"]},
                 "noise": self.descriptor["noise"], "budget_spent": self.budget_spent,
                 "gate": self.gate, "key_budget": {part: p.descriptor["key_budget"]
                                                   for part, p in self.parts.items()},
@@ -251,11 +258,13 @@ def plan_release(spec: ReleaseSpec) -> ReleasePlan:
     truncation = spec.row.truncate(dict(spec.bounds), spec.noise)
     if truncation.composed is not None:
         return _plan_composed(spec, truncation)
+    name = spec.name or spec.row.class_name
     if spec.postprocess is not None and not truncation.nonnegative_truth:
-        check.fail("postprocess", f"None for {spec.row.class_name} (its running totals may be "
-                                  f"negative: a clamped interval would miss them)",
-                   spec.postprocess)
-    return _plan_stream(spec, spec.row.class_name, truncation)
+        check.fail("postprocess", f"None for {name} (its running totals may be negative: a "
+                                  f"clamped interval would miss them)", spec.postprocess)
+    if not isinstance(spec.mechanism, str):  # one stream: one mechanism
+        check.one_of("mechanism", spec.mechanism, ("auto",) + NAMES)
+    return _plan_stream(spec, name, truncation)
 
 
 def _budgets(spec: ReleaseSpec):
@@ -378,7 +387,7 @@ def _plan_composed(spec: ReleaseSpec, truncation: Truncation) -> ReleasePlan:
     delta-method variance at the worst-case mean, `ratio.best_split`: exactly 1/2), each part
     one stream with its own mechanism and descriptor, under one descriptor and release id. A
     key holds one state per part: each part gets half the state budget."""
-    composed, transform = truncation.composed, spec.row.class_name
+    composed, transform = truncation.composed, spec.name or spec.row.class_name
     if spec.postprocess is not None:
         check.fail("postprocess", "absent for a mean (its values are clamped to [0, "
                                   "max_value] already)", spec.postprocess)

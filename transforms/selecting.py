@@ -55,7 +55,7 @@ def bucket_of(key, buckets: int = BUCKETS) -> int:
 
 class ReleaseBucketFn(beam.DoFn):
     """Per bucket: its progress (steps released, seeded at the origin), its keys' states
-    {key: `key_state.KeyState` as a tuple} and its pending
+    {key: (sealed state, first step with data, selection step, halt step)} and its pending
     step totals (key, step, exact partials); releases every due step of every key with state
     at each step's release time (the watermark past the end of step s + release_delay_steps,
     and never before the wall clock: as `streaming.ReleaseStreamingFn`)."""
@@ -151,16 +151,18 @@ class ReleaseBucketFn(beam.DoFn):
             for step, partials in by_step.items():  # exact, rounded once (as batch's sums)
                 x[step - first] = math.fsum(partials)
             # a key's first data starts its stream from step 0, as a public key's
-            saved = states.get(key)
+            saved = states.get(key)  # (sealed, start, selected, halted): the cell's layout
             published, dead, states[key] = advance(
-                maker, key, None if saved is None else KeyState(*saved), x, first,
+                maker, key, None if saved is None else KeyState(
+                    saved[0], saved[3], saved[1], saved[2]), x, first,
                 data_from=min(by_step) if by_step else None, tau=tau)
             for reason in dead:
                 yield dead_letter(key, reason)
             for step, value, previous in published:
                 yield TimestampedValue(maker.record(key, step, value, previous),
                                        Timestamp.of(steps.end(step) - MICRO))
-        keys.write({key: tuple(state) for key, state in states.items()})
+        keys.write({key: (s.sealed, s.start, s.selected, s.halted)
+                    for key, s in states.items()})
 
 
 class ReleaseSelected(beam.PTransform):
