@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from transforms import ContinualCount, ContinualRelease, TimeSteps
-from transforms.key_state import KeyState, advance, due_stop, next_wake, restore_or_start
+from transforms.key_state import KeyState, advance, due_stop, restore_or_start
 from transforms.release import RecordMaker
 
 HORIZON = 24
@@ -119,12 +119,10 @@ def test_due_stop_needs_the_watermark_and_the_wall_clock():
     def release_micros(step):
         return (step + 2) * 1_000
 
-    assert due_stop(release_micros, 10, 0, fire=4_500, now=10 ** 9) == 3   # steps 0, 1, 2
-    assert due_stop(release_micros, 10, 0, fire=10 ** 9, now=3_000) == 2   # held by the clock
-    assert due_stop(release_micros, 10, 3, fire=10 ** 9, now=10 ** 9) == 10  # the horizon
-    assert due_stop(release_micros, 10, 3, fire=10 ** 9, now=10 ** 9, halted=5) == 5
-    assert due_stop(release_micros, 10, 4, fire=4_500, now=10 ** 9) == 4   # nothing due
-    assert next_wake(release_micros, 10, 2, fire=10 ** 9) == (True, 4_000)   # clock: retry
-    assert next_wake(release_micros, 10, 3, fire=4_500) == (False, 5_000)    # the watermark
-    assert next_wake(release_micros, 10, 10, fire=0) is None
-    assert next_wake(release_micros, 10, 5, fire=0, halted=5) is None
+    far = 10 ** 9
+    assert due_stop(release_micros, 10, 0, fire=4_500, now=far) == (3, (False, 5_000))
+    assert due_stop(release_micros, 10, 0, fire=far, now=3_000) == (2, (True, 4_000))  # clock
+    assert due_stop(release_micros, 10, 3, fire=far, now=far) == (10, None)  # the horizon
+    assert due_stop(release_micros, 10, 3, fire=far, now=far, halted=5) == (5, None)
+    assert due_stop(release_micros, 10, 4, fire=4_500, now=far) == (4, (False, 6_000))
+    assert due_stop(release_micros, 10, 10, fire=0, now=0) == (10, None)

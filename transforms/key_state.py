@@ -7,7 +7,7 @@
   release of privately selected keys (`selecting`) both run it, so their records are equal by
   construction; the streaming release of public keys steps one key and step at a time on its
   sealed bytes (`RecordMaker.step_sealed`, a fast path tested bit for bit against it).
-- `due_stop` / `next_wake`: when a step is due on unbounded input (its release time passed by
+- `due_stop`: when a step is due on unbounded input (its release time passed by
   the watermark and by the wall clock) and what a release timer does next: the one rule of
   `streaming.ReleaseStreamingFn` and `selecting.ReleaseBucketFn`.
 """
@@ -81,32 +81,29 @@ def advance(maker: RecordMaker, key, saved: Optional[KeyState], x: np.ndarray, f
 
 
 def due_stop(release_micros: Callable[[int], int], horizon: int, released: int, fire: int,
-             now: int, halted: Optional[int] = None) -> int:
-    """The steps due at a release timer's firing: released .. stop - 1. A step is due when the
-    watermark (`fire`, micros) passed its release time (`release_micros(step)`: the end of
-    step + release_delay_steps) and the wall clock (`now`) did too: a drain moves the watermark
-    to the end of time, which must not release the steps still to come (with no data) and seal
-    the release early. Never the horizon or a halted key's halt step and after."""
+             now: int, halted: Optional[int] = None) -> Tuple[int, Optional[Tuple[bool, int]]]:
+    """The steps due at a release timer's firing, released .. stop - 1, and what the timer
+    sets next: (stop, wake).
+
+    A step is due when the watermark (`fire`, micros) passed its release time
+    (`release_micros(step)`: the end of step + release_delay_steps) and the wall clock (`now`)
+    did too: a drain moves the watermark to the end of time, which must not release the steps
+    still to come (with no data) and seal the release early. Never the horizon or a halted
+    key's halt step and after. `wake`: None when the key is done (the horizon or its halt);
+    (True, t) when step `stop` is held by the wall clock (its release time t is behind the
+    firing: an event-time timer would fire at once, so a processing-time timer re-checks it at
+    t); else (False, t), the event-time timer of step `stop` (also after a firing with nothing
+    due: the local runner repeats a firing, and the repeat clears the timer the first one
+    set)."""
     due = min(fire, now)
     stop = released
     end = horizon if halted is None else min(horizon, halted)
-    while stop < end and release_micros(stop) <= due:
+    while stop < end:
+        following = release_micros(stop)
+        if following > due:
+            return stop, (following <= fire, following)
         stop += 1
-    return stop
-
-
-def next_wake(release_micros: Callable[[int], int], horizon: int, stop: int, fire: int,
-              halted: Optional[int] = None) -> Optional[Tuple[bool, int]]:
-    """What a release timer sets after releasing through step stop - 1: None (the horizon or
-    the key's halt: the key is done); (True, t) when step `stop` is held by the wall clock (its
-    release time t is behind the firing: an event-time timer would fire at once, so a
-    processing-time timer re-checks it at t); else (False, t), the event-time timer of step
-    `stop` (also after a firing with nothing due: the local runner repeats a firing, and the
-    repeat clears the timer the first one set)."""
-    if stop >= horizon or (halted is not None and stop >= halted):
-        return None
-    following = release_micros(stop)
-    return following <= fire, following
+    return stop, None
 
 
 def other_key_type(key, config: ReleaseConfig) -> Optional[Reason]:

@@ -36,7 +36,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.key_state import KeyState, advance, due_stop, next_wake, other_key_type
+from transforms.key_state import KeyState, advance, due_stop, other_key_type
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
                                  add_exact, dead_letter, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
@@ -118,13 +118,13 @@ class ReleaseBucketFn(beam.DoFn):
 
     def _release(self, fire: int, progress, keys, pending, timer, retry):
         """The steps due by `fire` (micros) and the wall clock (`key_state.due_stop`), then
-        the next timer (`key_state.next_wake`)."""
+        the next timer."""
         horizon, first = self.config.steps.horizon, progress.read() or 0
-        stop = due_stop(self._release_micros, horizon, first, fire, int(time.time() * 1e6))
+        stop, wake = due_stop(self._release_micros, horizon, first, fire,
+                              int(time.time() * 1e6))
         if stop > first:
             yield from self._release_steps(first, stop, keys, pending)
             progress.write(stop)
-        wake = next_wake(self._release_micros, horizon, stop, fire)
         if wake is not None:
             held, at = wake
             (retry if held else timer).set(Timestamp(micros=at))

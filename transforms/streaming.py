@@ -34,7 +34,7 @@ from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, ST
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
                                  add_exact, count_dropped, dead_letter, delta_of, micros_of,
                                  partials_struct)
-from transforms.key_state import due_stop, next_wake
+from transforms.key_state import due_stop
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
@@ -369,7 +369,8 @@ class ReleaseStreamingFn(beam.DoFn):
         return micros_of(self.config.steps.end(step + self.config.release_delay_steps))
 
     def _release_micros(self, step: int) -> int:
-        return self._step_times(step)[2]
+        found = self._times.get(step)  # (the cached case inlined: one call per step checked)
+        return (found or self._step_times(step))[2]
 
     def process(self, element, state=beam.DoFn.StateParam(STATE),
                 timer=beam.DoFn.TimerParam(RELEASE)):
@@ -454,14 +455,15 @@ class ReleaseStreamingFn(beam.DoFn):
         maker, horizon, step = self.maker, self.config.steps.horizon, released
         previous = None  # the key's release at step - 1, derived once it is needed
         # the steps due by the watermark and the wall clock (`key_state.due_stop`)
-        due = due_stop(self._release_micros, horizon, step, fire, int(time.time() * 1e6), stop)
+        due, wake = due_stop(self._release_micros, horizon, step, fire, int(time.time() * 1e6),
+                             stop)
         records = []
         while step < due:
             times = self._step_times(step)
             before = sealed
             out, sealed = maker.step_sealed(key, sealed, pending.get(step), step)
             if out is None:  # exact totals: the key halts at this step (fail closed)
-                stop = step
+                stop, wake = step, None
                 records.append(dead_letter(key, maker.limit_reason(key, step)))
                 break
             if previous is None:  # from the state before this step (checked by step_sealed)
@@ -477,7 +479,6 @@ class ReleaseStreamingFn(beam.DoFn):
             step += 1
         if records:
             state.write((sealed, step, stop, {} if stop == step else pending))
-        wake = next_wake(self._release_micros, horizon, step, fire, stop)
         if wake is not None and wake[0]:  # held by the wall clock: re-check on it
             self.held.inc()
             retry.set(Timestamp(micros=wake[1]))
