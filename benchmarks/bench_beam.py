@@ -1,7 +1,8 @@
 """The Beam plugin against the plain Beam floor and PipelineDP, same Parquet input, same run.
 
     python3 benchmarks/bench_beam.py [--events 1000000] [--users 100000] [--keys 1000]
-                                     [--steps 100] [--only count|distinct] [--scale 1e5,1e6]
+                                     [--steps 100] [--only count|distinct|jobs]
+                                     [--scale 1e5,1e6] [--repeats 3]
                                      [--pipelines floor,continual_count,...]
 
 A seeded generator writes the input to Parquet first (not timed): columns user, key, ts (int64,
@@ -10,6 +11,9 @@ for the count-distinct variant, op ('+' / '-'), item, key, ts. Then, in ONE proc
 (FnApiRunner in-process), each pipeline reads that file (ReadFromParquet, one dict per row;
 continual_count: ReadFromParquetBatched, one Arrow table per row group):
 - floor: plain non-private count per (key, step): ((key, step), 1) | CombinePerKey(sum);
+- arrow_floor: the same count vectorised: ReadFromParquetBatched, each Arrow table counted per
+  (key, step) with numpy, the partial counts summed per (key, step) (what a batched entry
+  costs with no privacy work);
 - pipeline_dp: PipelineDP's private Count, same caps, public partitions, ONE release (skipped
   when `pipeline_dp` is not importable);
 - continual_count: ContinualCount, caps 2 keys x 2 contributions per user, T releases of every
@@ -18,15 +22,22 @@ continual_count: ReadFromParquetBatched, one Arrow table per row group):
 - continual_count_elements: the same ContinualCount through the ELEMENT entry: ReadFromParquet
   -> TimestampedValue((user, key), ts) per row -> ContinualCount (the same records);
 - distinct_floor: plain non-private distinct items per (key, step);
-- continual_distinct: ContinualCountDistinct (max_flips 4, 1 key per item).
-Prints seconds and ratios against the floor measured in the same run. With `--scale` it runs
-the series of sizes and prints the slope (seconds per 1e6 events) of every pipeline.
+- continual_distinct: ContinualCountDistinct (max_flips 4, 1 key per item);
+- job_parquet / job_jsonl (`--only jobs`): the product's job (`pipelines.run.build`: reading,
+  parsing, the input gate, the release and its writes) on the count input as Parquet and as
+  JSON lines (the JSON copy is written first, not timed).
+Each repeat runs every chosen pipeline once, in the opposite order of the repeat before
+(`--repeats`, default 3); prints each pipeline's CPU seconds (min and median over the repeats)
+and the ratios of mins and of medians. With `--scale` it runs the series of sizes (one repeat
+each) and prints the slope (seconds per 1e6 events) of every pipeline.
 Benchmarks only: nothing here is a test.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -59,10 +70,43 @@ def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, se
                          "item": rng.integers(0, users, events, dtype=np.int64),
                          "key": rng.integers(0, keys, events, dtype=np.int64),
                          "ts": np.sort(ts)})
-    paths = os.path.join(folder, "count.parquet"), os.path.join(folder, "distinct.parquet")
+    paths = (os.path.join(folder, "count.parquet"), os.path.join(folder, "distinct.parquet"),
+             os.path.join(folder, "count.jsonl"), os.path.join(folder, "count-job.parquet"))
     pq.write_table(count, paths[0], row_group_size=100_000)
     pq.write_table(distinct, paths[1], row_group_size=100_000)
+    # the job's Parquet input: its event time as a timestamp column (the job's typed input)
+    pq.write_table(count.set_column(2, "ts", pa.array(ts, pa.timestamp("us", tz="UTC"))),
+                   paths[3], row_group_size=100_000)
+    with open(paths[2], "w", encoding="utf-8") as handle:  # the same events as JSON lines
+        for user, key, micros in zip(*(count.column(n).to_pylist()
+                                       for n in ("user", "key", "ts"))):
+            handle.write(f'{{"user": {user}, "key": {key}, "ts": {micros / 1e6!r}}}\n')
     return paths
+
+
+def job_config(paths, fmt: str, steps, keys):
+    """The count job of the product (`pipelines.run`) on the count input in `fmt`, output to a
+    folder beside it (JSON lines only: every job writes the same records)."""
+    from pipelines import config as job_config_module
+    folder = os.path.dirname(paths[0])
+    raw = {"job": f"bench-{fmt}", "transform": "count",
+           "input": {"path": paths[3] if fmt == "parquet" else paths[2], "format": fmt,
+                     "fields": {"timestamp": "ts", "unit": "user", "key": "key"},
+                     "timestamp_format": "seconds" if fmt == "jsonl" else "iso",
+                     "types": {"unit": "int", "key": "int"}},
+           "steps": {"origin": steps.iso(steps.origin), "size_seconds": steps.size,
+                     "horizon": steps.horizon},
+           "privacy": {"epsilon": 1.0},
+           "bounds": {"max_contributions": MAX_CONTRIBUTIONS,
+                      "max_keys_per_unit": MAX_KEYS},
+           "public_keys": list(keys),
+           "mechanism": {"name": "kary_subtraction", "params": {"k": 19}},
+           "secret": {"seed": 1, "insecure": True},
+           "output": {"path": os.path.join(folder, f"out-{fmt}"), "formats": ["jsonl"]}}
+    path = os.path.join(folder, f"job-{fmt}.yaml")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(raw, handle)  # JSON is YAML
+    return job_config_module.load(path)
 
 
 def timed(build):
@@ -75,7 +119,7 @@ def timed(build):
 
 
 def pipelines(paths, args, steps, keys):
-    count_path, distinct_path = paths
+    count_path, distinct_path = paths[:2]
     origin_us, size_us = int(ORIGIN * 1e6), int(HOUR * 1e6)
 
     def count_events(p):
@@ -126,6 +170,23 @@ def pipelines(paths, args, steps, keys):
             mechanism_params={"k": 19}, secret=SecretRef(seed=1), insecure=True)
         result.records | "Drain" >> beam.Map(lambda r: None)
 
+    def arrow_floor(p):
+        def counted(table):
+            step = (table.column("ts").to_numpy() - origin_us) // size_us
+            cell = table.column("key").to_numpy() * steps.horizon + step
+            found, counts = np.unique(cell, return_counts=True)
+            return zip(found.tolist(), counts.tolist())
+        (p | "Read" >> beam.io.ReadFromParquetBatched(count_path)
+         | "CountTable" >> beam.FlatMap(counted) | beam.CombinePerKey(sum)
+         | beam.Map(lambda kv: None))
+
+    def job(fmt):
+        def build(p):
+            from pipelines import run as job_run
+            job = job_config(paths, fmt, steps, keys)
+            job_run.build(p, job, job_run.build_transform(job))
+        return build
+
     def distinct_floor(p):
         (p | "Read" >> beam.io.ReadFromParquet(distinct_path)
          | "KeyStep" >> beam.Map(lambda r: ((r["key"], (r["ts"] - origin_us) // size_us),
@@ -138,41 +199,62 @@ def pipelines(paths, args, steps, keys):
             mechanism="sqrt_toeplitz", secret=SecretRef(seed=1), insecure=True)
         result.records | "Drain" >> beam.Map(lambda r: None)
 
-    count = [("floor", floor), ("pipeline_dp", pipeline_dp_count),
+    count = [("floor", floor), ("arrow_floor", arrow_floor), ("pipeline_dp", pipeline_dp_count),
              ("continual_count", continual_count),
              ("continual_count_elements", continual_count_elements)]
     distinct = [("distinct_floor", distinct_floor), ("continual_distinct", continual_distinct)]
-    chosen = {"count": count, "distinct": distinct, "all": count + distinct}[args.only]
+    jobs = [("job_parquet", job("parquet")), ("job_jsonl", job("jsonl"))]
+    chosen = {"count": count, "distinct": distinct, "jobs": jobs,
+              "all": count + distinct + jobs}[args.only]
     if args.pipelines:
         names = args.pipelines.split(",")
         chosen = [(name, build) for name, build in chosen if name in names]
     return chosen
 
 
-RATIOS = (("continual_count", "floor"), ("pipeline_dp", "floor"),
+RATIOS = (("continual_count", "floor"), ("continual_count", "arrow_floor"),
+          ("pipeline_dp", "floor"), ("job_jsonl", "job_parquet"),
           ("continual_count", "pipeline_dp"), ("continual_count_elements", "floor"),
           ("continual_count_elements", "pipeline_dp"), ("continual_distinct", "distinct_floor"))
 
 
-def run_size(events: int, args) -> dict:
+def run_size(events: int, args, medians: bool = False):
+    """Every chosen pipeline `args.repeats` times, interleaved: (min wall, min CPU) per
+    pipeline (`medians`: every repeat's CPU seconds per pipeline), the ratios of mins and
+    medians printed."""
     steps = TimeSteps(ORIGIN, HOUR, args.steps)
     keys = list(range(args.keys))
+    walls, cpus, skipped = {}, {}, set()
     with tempfile.TemporaryDirectory(prefix="bench-beam-") as folder:
         paths = write_inputs(folder, events, args.users, args.keys, args.steps)
-        times, cpus = {}, {}
-        for name, build in pipelines(paths, args, steps, keys):
-            try:
-                times[name], cpus[name] = timed(build)
-            except ImportError as error:
-                print(f"  {name:<20} skipped ({error})", flush=True)
-                continue
-            print(f"  {name:<25}{times[name]:8.2f} s wall {cpus[name]:8.2f} s CPU "
-                  f"{cpus[name] / events * 1e6:7.1f} us CPU/event", flush=True)
+        chosen = pipelines(paths, args, steps, keys)
+        for repeat in range(args.repeats):
+            for name, build in (chosen if repeat % 2 == 0 else chosen[::-1]):
+                if name in skipped:
+                    continue
+                try:
+                    wall, cpu = timed(build)
+                except ImportError as error:
+                    print(f"  {name:<20} skipped ({error})", flush=True)
+                    skipped.add(name)
+                    continue
+                walls.setdefault(name, []).append(wall)
+                cpus.setdefault(name, []).append(cpu)
+    for name, _ in chosen:
+        if name in cpus:
+            low, mid = min(cpus[name]), statistics.median(cpus[name])
+            print(f"  {name:<25}{low:8.2f} / {mid:8.2f} s CPU (min / median), "
+                  f"{low / events * 1e6:7.1f} us CPU/event, {min(walls[name]):8.2f} s wall",
+                  flush=True)
     for top, bottom in RATIOS:
-        if top in times and bottom in times:
-            print(f"  {top} / {bottom}: {times[top] / times[bottom]:.2f}x wall, "
-                  f"{cpus[top] / cpus[bottom]:.2f}x CPU")
-    return times, cpus
+        if top in cpus and bottom in cpus:
+            print(f"  {top} / {bottom}: {min(cpus[top]) / min(cpus[bottom]):.2f}x / "
+                  f"{statistics.median(cpus[top]) / statistics.median(cpus[bottom]):.2f}x CPU "
+                  f"(min / median)")
+    if medians:
+        return cpus
+    return ({name: min(v) for name, v in walls.items()},
+            {name: min(v) for name, v in cpus.items()})
 
 
 def main():
@@ -181,13 +263,17 @@ def main():
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--only", choices=("all", "count", "distinct"), default="all")
+    parser.add_argument("--only", choices=("all", "count", "distinct", "jobs"), default="all")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved runs of every pipeline (min and median printed)")
     parser.add_argument("--pipelines", default=None,
                         help="comma-separated pipeline names to run (default: all of --only)")
     parser.add_argument("--scale", default=None,
                         help="comma-separated event counts, e.g. 1e5,1e6[,4e6]: prints the slope")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.scale.split(",")] if args.scale else [int(args.events)]
+    if args.scale:
+        args.repeats = 1
     print(f"users {args.users}, public keys {args.keys}, steps {args.steps}, caps "
           f"{MAX_KEYS} keys x {MAX_CONTRIBUTIONS} contributions; FnApiRunner in-process")
     series = {}
