@@ -10,7 +10,8 @@ runner and publishes each step (`--keys` records) once all are in. Prints per ra
 published, late dead letters (events the job read after the watermark had passed their step:
 the job fell behind), the publication lag of each step after its end + the release delay
 (median and max over the steps), and the lag as a ratio of the lowest rate's, measured in the
-same run (the machine's speed drifts between runs). The job "keeps up" at a rate when no event
+same run (the machine's speed drifts between runs), and the job's CPU use (its CPU seconds
+over its wall seconds, start-up included: cores busy). The job "keeps up" at a rate when no event
 is late and every step is published within 1 s after its release delay.
 
 `--warmup` seconds of events at the same rate come before step 0 (outside the horizon: dead
@@ -28,6 +29,7 @@ import glob
 import json
 import os
 import statistics
+import resource
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,7 @@ def one_rate(emulator, rate: float, args, index: int) -> dict:
     origin = float(int(time.time()) + args.lead)
     path = config(folder, subscription, origin, args.keys, args.steps, args.step_seconds,
                   args.lateness, args.delay)
+    before, launched = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = origin + args.step_seconds * args.steps
@@ -113,6 +116,9 @@ def one_rate(emulator, rate: float, args, index: int) -> dict:
     if job.poll() is None:
         job.kill()
     _, err = job.communicate()
+    after, ran = resource.getrusage(resource.RUSAGE_CHILDREN), time.time() - launched
+    # the job's CPU seconds (user + system; the emulator, a child too, exits only at the end)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     operator = os.path.join(folder, "out", "bench-operator")
     reasons = {}
     for name in glob.glob(os.path.join(operator, "dead_letters-*.jsonl")):
@@ -134,7 +140,7 @@ def one_rate(emulator, rate: float, args, index: int) -> dict:
               f"{err.strip().splitlines()[-1:] if err.strip() else ''}")
     return {"rate": rate, "sent": sent[0] if sent else 0, "late": late,
             "steps": len(seen), "lag_median": statistics.median(lags) if lags else None,
-            "lag_max": max(lags) if lags else None}
+            "lag_max": max(lags) if lags else None, "cores": cpu / ran}
 
 
 def main(argv=None) -> int:
@@ -166,12 +172,13 @@ def main(argv=None) -> int:
             rows.append(one_rate(emulator, rate, args, index))
     base = rows[0]["lag_median"] or 1e-9
     print(f"{'events/s':>9} {'published':>10} {'late':>6} {'steps':>6} {'lag median':>11} "
-          f"{'lag max':>8} {'median / base':>14} {'keeps up':>9}")
+          f"{'lag max':>8} {'median / base':>14} {'keeps up':>9} {'job cores':>10}")
     for row in rows:
         keeps = row["late"] == 0 and row["steps"] == args.steps and row["lag_max"] <= 1.0
         print(f"{row['rate']:>9g} {row['sent']:>10} {row['late']:>6} {row['steps']:>6} "
               f"{row['lag_median']:>10.2f}s {row['lag_max']:>7.2f}s "
-              f"{row['lag_median'] / base:>13.2f}x {'yes' if keeps else 'no':>9}")
+              f"{row['lag_median'] / base:>13.2f}x {'yes' if keeps else 'no':>9} "
+              f"{row['cores']:>10.2f}")
     return 0
 
 
