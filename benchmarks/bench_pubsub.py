@@ -99,7 +99,8 @@ def one_rate(emulator, rate: float, args, index: int) -> dict:
     path = config(folder, subscription, origin, args.keys, args.steps, args.step_seconds,
                   args.lateness, args.delay)
     before, launched = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
-    job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path], cwd=ROOT,
+    job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path],
+                           cwd=args.root, env=dict(os.environ, PYTHONPATH=args.root),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = origin + args.step_seconds * args.steps
     sent, seen = [], {}
@@ -147,6 +148,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--root", default=ROOT,
+                        help="the checkout whose `pipelines.run` runs the job (default: this "
+                             "one; e.g. a git worktree of another commit, to compare)")
     parser.add_argument("--rates", default="100,1000,2000")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--step-seconds", type=float, default=2.0)

@@ -31,8 +31,8 @@ from transforms.secret import GCP_EXTRA
 from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
 from transforms.validation import BadText, fail, message
 from pipelines import gate
-from transforms.arrow_input import (UNITS_PER_SECOND, EventBatch, Unreadable, beam_micros,
-                                    cell_text, flat_roles, id_mask, named_column, number_mask)
+from pipelines.arrow_batches import UNIT_ROLES, TableToBatch
+from transforms.arrow_input import EventBatch
 
 SINKS = {"parquet": WriteRecordsToParquet, "jsonl": WriteRecordsToJsonLines,
          "csv": WriteRecordsToCsv}
@@ -94,7 +94,6 @@ def _finite(number) -> bool:
 # int) that is an integer is read as its decimal text, so "7" in CSV and 7 in JSON lines or an
 # integer Parquet column are one unit. Bound to the release (`input_binding`): a release started
 # under another rule is refused, since its saved unit states would not join the new ids.
-UNIT_ROLES = ("unit", "item")
 UNIT_IDS = "unit-ids/1: an integer id declared `id` is its decimal text"
 
 
@@ -176,12 +175,15 @@ def row_unit(job: job_config.JobConfig, row):
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
-    """-> (elements with event times, [dead-letter PCollections]). Parquet input gives
-    `EventBatch`es instead (`read_parquet_batches`: Arrow tables, no Beam element per row),
-    which every transform takes in place of elements, with the same result."""
+    """-> (elements with event times, [dead-letter PCollections]). Parquet and JSON lines give
+    `EventBatch`es instead (`read_parquet_batches`, `read_jsonl_batches`: Arrow tables, no Beam
+    element per row), which every transform takes in place of elements, with the same
+    result."""
     check_bounded_options((), job)
     if job.input.format == "parquet":
         return read_parquet_batches(pipeline, job)
+    if job.input.format == "jsonl":
+        return read_jsonl_batches(pipeline, job)
     rows, dead = read_rows(pipeline, job)
     elements = rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
         DEAD_LETTER, main="elements")
@@ -195,138 +197,6 @@ def unreadable_file(path: str, why) -> dict:
                               weight=None)
 
 
-def _fast_column(kind: str, column, timestamp_format: str):
-    """(rows `parse_cell` accepts for sure, their values as `parse_cell` returns them) for a
-    role's Arrow column, or None when the column's type is not one the vectorised checks
-    cover (its rows then go through `ToElement` one by one). Timestamps: (mask, seconds)."""
-    import numpy as np
-    import pyarrow as pa
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    kind_of = column.type
-    integer = pa.types.is_integer(kind_of) and not pa.types.is_uint64(kind_of)
-    string = pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)
-    if kind in ("id", "int") and integer or kind in ("id", "str") and string:
-        return id_mask(column), column  # ints / non-empty strings, not null
-    if kind == "float" and (integer or pa.types.is_floating(kind_of)):
-        mask = number_mask(column)
-        if mask is None:
-            return None
-        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-        return mask, pa.array(values, type=pa.float64())  # float(cell), as parse_cell
-    if kind != "timestamp":
-        return None
-    low, high = job_config.TIME_RANGE
-    if pa.types.is_timestamp(kind_of) and timestamp_format == "iso" and \
-            kind_of.unit in ("s", "ms", "us"):
-        # parse_time: datetime.timestamp() = whole microseconds / 10**6, correctly rounded:
-        # the same float as value / units_per_second while the microseconds are exact floats
-        whole = column.cast(pa.int64())
-        raw = np.asarray(whole.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        exact = np.abs(raw) < (2 ** 53) // {"s": 10 ** 6, "ms": 10 ** 3, "us": 1}[kind_of.unit]
-        seconds = raw.astype(np.float64) / UNITS_PER_SECOND[kind_of.unit]
-        return exact & id_mask(whole) & (seconds >= low) & (seconds <= high), seconds
-    if integer or (pa.types.is_floating(kind_of) and not pa.types.is_float16(kind_of)):
-        mask = number_mask(column)  # float(cell) (both formats), then the years 1 to 9999
-        seconds = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-        with np.errstate(invalid="ignore"):
-            return mask & (seconds >= low) & (seconds <= high), seconds
-    return None
-
-
-class _TableToBatch(beam.DoFn):
-    """A Parquet table -> one EventBatch of the rows that pass `ToElement`'s checks
-    (vectorised), plus, one by one through `ToElement` itself, every row the vectorised checks
-    cannot vouch for: its dead letter (the same reason and record as row by row) or its
-    element (in the batch's `extra`)."""
-
-    def __init__(self, job: job_config.JobConfig):
-        self.job = job
-
-    def setup(self):
-        self.to_element = ToElement(self.job)
-        self.spec = registry.SPECS[self.job.transform]
-
-    def process(self, table):
-        import numpy as np
-        import pyarrow as pa
-        if not table.num_rows:
-            return
-        job = self.job
-        names = set(table.column_names)
-        ok = np.ones(table.num_rows, dtype=bool)
-        values, seconds = {}, None
-        for role, column in job.input.fields.items():
-            kind = job.input.type_of(role)
-            fast = None if column not in names or (role == "timestamp") != (
-                kind == "timestamp") else _fast_column(kind, named_column(table, column),
-                                                       job.input.timestamp_format)
-            if fast is None:
-                ok[:] = False
-                break
-            ok &= fast[0]
-            if role == "timestamp":
-                seconds = fast[1]
-            elif kind == "id" and role in UNIT_ROLES and pa.types.is_integer(fast[1].type):
-                values[role] = fast[1].cast(pa.string())  # = canonical_unit, vectorised
-            else:
-                values[role] = fast[1]
-        extra = []
-        if not ok.all():
-            for row in _python_rows(table.filter(pa.array(~ok)), set(job.input.fields.values())):
-                if isinstance(row, beam.pvalue.TaggedOutput):
-                    yield row
-                    continue
-                for out in self.to_element.process(row):
-                    if isinstance(out, beam.pvalue.TaggedOutput):
-                        yield out
-                    else:  # valid after all: the element and its Beam event time
-                        extra.append((out.value, out.timestamp.micros))
-        rows = np.flatnonzero(ok)
-        roles = flat_roles(self.spec.shape)
-        if len(rows):
-            index = pa.array(rows, type=pa.int64())
-            columns = {role: values[role].take(index) for role in roles}
-            micros = beam_micros(seconds[rows])  # = TimestampedValue(element, seconds)
-        else:
-            columns, micros = {role: pa.array([]) for role in roles}, np.zeros(0, np.int64)
-        if len(micros) or extra:
-            yield EventBatch(self.spec.shape, columns, micros, extra)
-
-
-def _python_rows(table, mapped=None):
-    """The table's rows as dicts; a row Arrow cannot convert (a timestamp outside Python's
-    years 1-9999) is a dead letter holding its cells as text, never a crash, if the cell Python
-    cannot hold is in a `mapped` column (default: any); else that cell is `Unreadable` (the
-    vectorised checks, which see mapped columns only, keep such a row too)."""
-    try:
-        rows = table.to_pylist()
-    except Exception:  # noqa: BLE001 (any pyarrow conversion failure: row by row below)
-        rows = None
-    if rows is not None:
-        yield from rows
-        return
-    for index in range(table.num_rows):
-        row = table.slice(index, 1)
-        try:
-            converted = row.to_pylist()[0]
-        except Exception as failure:  # noqa: BLE001 (any pyarrow failure: cell by cell)
-            converted, unreadable = {}, False
-            for position, name in enumerate(row.column_names):
-                try:
-                    converted[name] = row.column(position).to_pylist()[0]
-                except Exception:  # noqa: BLE001 (this cell cannot be a Python value)
-                    converted[name] = Unreadable(cell_text(row.column(position)))
-                    unreadable |= mapped is None or name in mapped
-            if unreadable:
-                cells = {name: cell_text(row.column(position))
-                         for position, name in enumerate(row.column_names)}
-                yield dead_letter(cells, Reason("unparseable", f"unreadable Parquet row: "
-                                                             f"{str(failure)[:200]}"))
-                continue
-        yield converted
-
-
 def read_parquet_batches(pipeline, job: job_config.JobConfig):
     """Parquet input as Arrow tables -> (EventBatches, [dead letters]): the rows that
     `read_rows` | `ToElement` give, with the same dead letters, without a Beam element per
@@ -334,7 +204,8 @@ def read_parquet_batches(pipeline, job: job_config.JobConfig):
     good, bad = check_parquet_files(job.input.path)
     tables = (pipeline | "ParquetFiles" >> beam.Create(good)
               | "ReadParquet" >> beam.io.ReadAllFromParquetBatched())
-    batches = tables | "ToEventBatches" >> beam.ParDo(_TableToBatch(job)).with_outputs(
+    batches = tables | "ToEventBatches" >> beam.ParDo(
+        TableToBatch(job, ToElement(job))).with_outputs(
         DEAD_LETTER, main="batches")
     dead = pipeline | "UnreadableFiles" >> beam.Create(
         [unreadable_file(path, why) for path, why in bad])
@@ -390,6 +261,101 @@ def write_dead_letters(dead_letters, prefix: str):
     """Operator-only (NOT private: raw input records). -> the written file names."""
     return (dead_letters | "AllDeadLetters" >> beam.Flatten()
             | "WriteDeadLetters" >> WriteRecordsToJsonLines(prefix))
+
+
+JSONL_CHUNK = 1 << 16  # lines parsed into one Arrow table
+
+
+def text_lines(path: str, chunk: int = None):
+    """A text file's records in chunks of at most `chunk`, as `ReadFromText` splits them: at
+    b"\n" (a b"\r" before it is part of the separator), the last one without a separator
+    kept, none after a final separator; compressed files by their extension."""
+    lines, rest, chunk = [], b"", chunk or JSONL_CHUNK
+    with FileSystems.open(path) as handle:  # (compression detected from the name)
+        while True:
+            block = handle.read(1 << 22)
+            if not block:
+                break
+            parts = (rest + block).split(b"\n")
+            rest = parts.pop()
+            for line in parts:
+                lines.append(line[:-1] if line.endswith(b"\r") else line)
+                if len(lines) >= chunk:
+                    yield lines
+                    lines = []
+    if rest:
+        lines.append(rest)
+    if lines:
+        yield lines
+
+
+def _column(values: list, kind: str):
+    """An Arrow column of one mapped field's parsed JSON values, or None when their Python
+    types are not one Arrow type holds as the row path reads them (then every row of the
+    chunk takes the row path): ints, strs, or numbers (for numbers and times: an int as
+    float(int))."""
+    import pyarrow as pa
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int}:
+        return pa.array(values, type=pa.int64())
+    if kinds <= {str}:
+        return pa.array(values, type=pa.string())
+    if kinds <= {int, float} and kind in ("float", "timestamp"):
+        return pa.array([float(v) if type(v) is int else v for v in values],
+                        type=pa.float64())
+    return None
+
+
+class _JsonFileToBatches(beam.DoFn):
+    """A JSON-lines file -> its lines' dead letters (`ParseJson`, the row path's rule) and,
+    per chunk of lines, one EventBatch (`TableToBatch`) of its rows: the mapped fields as Arrow
+    columns, vectorised where their types allow, every other row through `ToElement` as
+    parsed (the same elements, times and dead letters as `read_rows` | `ToElement`)."""
+
+    def __init__(self, job: job_config.JobConfig):
+        self.job = job
+
+    def setup(self):
+        self.parse = ParseJson()
+        self.batches = TableToBatch(self.job, ToElement(self.job))
+        self.batches.setup()
+
+    def process(self, path: str):
+        import pyarrow as pa
+        fields = self.job.input.fields
+        for lines in text_lines(path):
+            rows = []
+            for line in lines:
+                for out in self.parse.process(line):
+                    if isinstance(out, beam.pvalue.TaggedOutput):
+                        yield out
+                    else:
+                        rows.append(out)
+            if not rows:
+                continue
+            columns = {}
+            for role, name in fields.items():
+                try:
+                    column = _column([row.get(name) for row in rows],
+                                     self.job.input.type_of(role))
+                except (OverflowError, pa.ArrowException):
+                    column = None
+                if column is None:  # every row of the chunk by the row path
+                    columns = {name: pa.nulls(len(rows)) for name in fields.values()}
+                    break
+                columns[name] = column
+            yield from self.batches.process(pa.table(columns), rows)
+
+
+def read_jsonl_batches(pipeline, job: job_config.JobConfig):
+    """JSON lines -> (EventBatches, [dead letters]): what `read_rows` | `ToElement` give,
+    without a Beam element per line (a file is read by one worker; files in parallel)."""
+    files = pipeline | "JsonFiles" >> beam.Create(input_files(job.input.path))
+    batches = files | "ToEventBatches" >> beam.ParDo(_JsonFileToBatches(job)).with_outputs(
+        DEAD_LETTER, main="batches")
+    main = batches.batches
+    main.element_type = EventBatch  # the transforms take it in place of elements
+    return main, [batches[DEAD_LETTER]]
 
 
 def read_rows(pipeline, job: job_config.JobConfig):

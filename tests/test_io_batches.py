@@ -18,6 +18,7 @@ import pytest
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import arrow_batches
 from pipelines import config as job_config
 from pipelines import io
 from pipelines import run as job_run
@@ -57,7 +58,7 @@ def by_rows(job_spec, table):
 
 
 def by_batches(job_spec, table):
-    fn = io._TableToBatch(job_spec)
+    fn = arrow_batches.TableToBatch(job_spec, io.ToElement(job_spec))
     fn.setup()
     elements, dead = collections.Counter(), []
     for out in fn.process(table):
@@ -222,3 +223,137 @@ def test_a_timestamp_python_cannot_hold_is_a_dead_letter_not_a_crash(tmp_path):
     unreadable = [r for r in records if r["reason"].startswith("unreadable Parquet row")]
     assert len(unreadable) == 1 and str(late) in unreadable[0]["record"]
     assert len(records) == 2  # the null time too, with the row path's reason
+
+
+# ----- JSON lines read as batches (`io.read_jsonl_batches`) --------------------------------------
+
+def _json_value(rng, kind, iso, text_ids):
+    """A JSON value of a field: mostly right (of one type per file, so that some chunks are all
+    right), sometimes wrong in every way the row path sees."""
+    base = int(ORIGIN.timestamp())
+    moment = base + rng.randrange(-3600, 7 * 3600)
+    good = {"ts": datetime.datetime.fromtimestamp(moment, datetime.timezone.utc).isoformat()
+            if iso else rng.choice([moment, moment + 0.25]),
+            "user": rng.choice(["u1", "u2", "u3"] if text_ids else [1, 2, 3, 2 ** 40]),
+            "region": rng.choice(["a", "b", "c", "d"]),
+            "value": rng.choice([1, 2.5, 0, 7])}[kind]
+    bad = rng.choice([None, "", True, 1.5, [1], {"a": 1}, 2 ** 70, "not a time", -1e300, 3,
+                      "u9"])
+    return good if rng.random() < 0.97 else bad
+
+
+def _json_lines(rng, n, fields, iso=False):
+    lines, text_ids = [], rng.random() < 0.5
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.02:
+            lines.append(rng.choice([b"", b"   ", b"{not json", b"[1, 2]", b"\xff\xfe",
+                                     b'{"ts": "\\ud800"}', b"\xef\xbb\xbf{}", b"null"]))
+            continue
+        row = {name: _json_value(rng, name, iso, text_ids) for name in fields
+               if rng.random() > 0.01}
+        if rng.random() < 0.1:
+            row["extra"] = rng.choice(["x", [1, {"y": None}], 3])
+        line = json.dumps(row).encode()
+        lines.append(line + (b"\r" if rng.random() < 0.05 else b""))
+    return lines
+
+
+def _by_json_rows(job_spec, lines):
+    """The row path on lines: `ParseJson` then `ToElement`, one line at a time."""
+    parse, fn = io.ParseJson(), io.ToElement(job_spec)
+    elements, dead = collections.Counter(), []
+    for line in lines:
+        for row in parse.process(line):
+            outs = [row] if isinstance(row, beam.pvalue.TaggedOutput) else fn.process(row)
+            for out in outs:
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    dead.append(json.dumps(out.value, sort_keys=True))
+                else:
+                    elements[repr((out.value, out.timestamp.micros))] += 1
+    return elements, sorted(dead)
+
+
+def _by_json_batches(job_spec, path):
+    """(elements, dead letters, how many rows the vectorised checks took)."""
+    fn = io._JsonFileToBatches(job_spec)  # noqa: SLF001 (the DoFn under test)
+    fn.setup()
+    elements, dead, fast = collections.Counter(), [], 0
+    for out in fn.process(path):
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            dead.append(json.dumps(out.value, sort_keys=True))
+            continue
+        fast += len(out.micros)
+        for element, micros in zip(out.elements(), out.micros.tolist()):
+            elements[repr((element, micros))] += 1
+        for element, micros in out.extra:
+            elements[repr((element, micros))] += 1
+    return elements, sorted(dead), fast
+
+
+@pytest.mark.parametrize("transform,fields,time_format", [
+    ("count", {"timestamp": "ts", "unit": "user", "key": "region"}, "seconds"),
+    ("count", {"timestamp": "ts", "unit": "user", "key": "region"}, "iso"),
+    ("sum", {"timestamp": "ts", "unit": "user", "key": "region", "value": "value"}, "seconds"),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_json_lines_batches_equal_the_row_path(tmp_path, transform, fields, time_format, seed,
+                                               monkeypatch):
+    """Every line of a fuzzed file (bad JSON, blank lines, BOMs, lone surrogates, CRLF, missing
+    and null fields, bools, floats and huge ints for ids, nested values, extra fields), in
+    chunks small enough that some chunks hold only good rows: the same elements with the same
+    times and the same dead letters as the row path."""
+    rng = random.Random(seed)
+    lines = _json_lines(rng, 600, fields.values(), time_format == "iso")
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    bounds = {"max_contributions": 3} if transform == "count" else \
+        {"max_contributions": 3, "max_value": 5.0}
+    spec, _ = job(tmp_path, transform, fields, time_format, bounds=bounds)
+    monkeypatch.setattr(io, "JSONL_CHUNK", 7)
+    elements, dead, fast = _by_json_batches(spec, str(path))
+    assert (elements, dead) == _by_json_rows(spec, [line[:-1] if line.endswith(b"\r")
+                                                    else line for line in lines])
+    assert sum(elements.values()) > 100 and dead
+    assert fast > 10 or time_format == "iso"  # the vectorised checks took rows (not ISO text)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b'{"a": 1}', b'{"a": 1}\n\n{"a": 2}\r\n',
+                                     b'\r\n\r\n', b'a\rb\nc', b'\xef\xbb\xbf{"a": 1}\n'])
+def test_a_files_lines_are_read_text_s(tmp_path, content):
+    """`io.text_lines` splits a file as Beam's ReadFromText does (CRLF, a lone CR, no final
+    line break, blank lines), plain and gzip-compressed."""
+    import gzip
+    from apache_beam.testing.util import assert_that, equal_to
+    for name, data in (("in.jsonl", content), ("in.jsonl.gz", gzip.compress(content))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        ours = [line for chunk in io.text_lines(str(path), chunk=2) for line in chunk]
+        with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as pipeline:
+            lines = pipeline | beam.io.ReadFromText(str(path), coder=beam.coders.BytesCoder())
+            assert_that(lines, equal_to(ours))
+
+
+def test_a_json_lines_job_gives_the_records_and_dead_letters_of_the_row_path(tmp_path,
+                                                                           monkeypatch):
+    """A whole job (pipelines.run) on a fuzzed JSON-lines file, read batched and read row by
+    row: the same records and the same dead letters."""
+    rng = random.Random(5)
+    fields = {"timestamp": "ts", "unit": "user", "key": "region"}
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "in.jsonl").write_bytes(b"\n".join(_json_lines(rng, 500, fields.values())))
+    bounds = {"max_contributions": 3, "max_contributions_per_step": 2, "max_keys_per_unit": 2}
+    out = {}
+    for name in ("batched", "rows"):
+        (tmp_path / name).mkdir()
+        _, config = job(tmp_path / name, "count", fields, "seconds", bounds=bounds,
+                        keys=("a", "b", "c"))
+        raw = yaml.safe_load(config.read_text())
+        raw["input"].update(path=str(tmp_path / "p" / "*.jsonl"), format="jsonl")
+        config.write_text(yaml.safe_dump(raw))
+        if name == "rows":
+            monkeypatch.setattr(io, "read_elements", _row_path)
+        assert job_run.main(["--config", str(config)]) == 0
+        out[name] = _records(raw["output"]["path"]), _dead(raw["output"]["path"])
+    assert len(out["rows"][0]) == 3 * 6 and out["rows"][1]
+    assert out["batched"] == out["rows"]

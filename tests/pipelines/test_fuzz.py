@@ -40,6 +40,7 @@ from apache_beam.utils.timestamp import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines import arrow_batches
 from pipelines import config as job_config
 from pipelines import csv_input
 from pipelines import io as job_io
@@ -185,7 +186,7 @@ def test_malformed_records_become_one_dead_letter_each(tmp_path, config_name, ca
 # =================================================================================================
 # Property-based fuzz (hypothesis + seeded generators): arbitrary values in every role field of
 # count, sum and count-distinct, through every entry point: JSON lines, CSV and Parquet jobs
-# (`pipelines.run.build`: the job's own pipeline; Parquet rows take `_TableToBatch`'s vectorised
+# (`pipelines.run.build`: the job's own pipeline; Parquet rows take `TableToBatch`'s vectorised
 # checks or, one by one, `ToElement`), timestamped elements given straight to the transforms,
 # and Arrow batches (`ArrowEvents`). The properties: nothing raises; every bad record is exactly
 # one dead letter with a reason, writable as JSON (never text that is not Unicode); the records of
@@ -937,12 +938,12 @@ def arrow_table(data, timestamp_kinds=ARROW_KINDS):
 
 
 def check_parquet_table(data):
-    """`_TableToBatch` (vectorised checks, then `ToElement` per row) on a table of any column
+    """`TableToBatch` (vectorised checks, then `ToElement` per row) on a table of any column
     types: never raises, one event or one dead letter per row, the same as the row path."""
     table = arrow_table(data)
     transform = data.draw(st.sampled_from(TRANSFORMS), "transform")
     job = JOBS[transform]
-    fn = job_io._TableToBatch(job)
+    fn = arrow_batches.TableToBatch(job, job_io.ToElement(job))
     fn.setup()
     batched, batched_dead = collections.Counter(), []
     for out in fn.process(table):
@@ -955,7 +956,7 @@ def check_parquet_table(data):
             batched[repr((element, micros))] += 1
     rows, rows_dead = collections.Counter(), []
     to_element = job_io.ToElement(job)
-    for row in job_io._python_rows(table, set(job.input.fields.values())):
+    for row in arrow_batches.python_rows(table, set(job.input.fields.values())):
         outs = [row] if isinstance(row, beam.pvalue.TaggedOutput) else to_element.process(row)
         for out in outs:
             if isinstance(out, beam.pvalue.TaggedOutput):
