@@ -58,3 +58,18 @@ def test_without_it_the_runner_sets_a_dofn_up_at_every_bundle(monkeypatch):
     calls = _run(monkeypatch, lines)
     assert calls["setup"] == calls["start_bundle"] > 1, calls
 
+
+
+def test_a_project_dofns_state_and_timer_specs_are_beams():
+    """The specs found once per class are those Beam finds for the DoFn (the release's state
+    cell and its two timers)."""
+    from apache_beam.transforms import userstate
+
+    from transforms.streaming import ReleaseStreamingFn
+    local_dofns.install()
+    fn = ReleaseStreamingFn.__new__(ReleaseStreamingFn)
+    found = userstate.get_dofn_specs(fn)
+    assert {s.name for s in found[0]} == {"release_state"}
+    assert {t.name for t in found[1]} == {"ts-release", "ts-retry"}
+    assert userstate.get_dofn_specs(fn) == found and userstate.get_dofn_specs(fn)[0] is not \
+        found[0]
