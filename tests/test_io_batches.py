@@ -44,32 +44,32 @@ def job(tmp_path, transform, fields, timestamp_format="iso", types=None, bounds=
     return job_config.load(str(path)), path
 
 
+def tally(outputs):
+    """(Counter of (element, micros), sorted dead letters, rows the vectorised checks took) of
+    a reader's outputs: dead letters, timestamped elements or EventBatches."""
+    elements, dead, fast = collections.Counter(), [], 0
+    for out in outputs:
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            dead.append(json.dumps(out.value, sort_keys=True))
+        elif hasattr(out, "extra"):  # an EventBatch
+            fast += len(out.micros)
+            for element, micros in [*zip(out.elements(), out.micros.tolist()), *out.extra]:
+                elements[repr((element, micros))] += 1
+        else:
+            elements[repr((out.value, out.timestamp.micros))] += 1
+    return elements, sorted(dead), fast
+
+
 def by_rows(job_spec, table):
     """(Counter of (element, micros), sorted dead letters) of the row path."""
     fn = io.ToElement(job_spec)
-    elements, dead = collections.Counter(), []
-    for row in table.to_pylist():
-        for out in fn.process(row):
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                dead.append(json.dumps(out.value, sort_keys=True))
-            else:
-                elements[repr((out.value, out.timestamp.micros))] += 1
-    return elements, sorted(dead)
+    return tally(out for row in table.to_pylist() for out in fn.process(row))[:2]
 
 
 def by_batches(job_spec, table):
     fn = arrow_batches.TableToBatch(job_spec, io.ToElement(job_spec))
     fn.setup()
-    elements, dead = collections.Counter(), []
-    for out in fn.process(table):
-        if isinstance(out, beam.pvalue.TaggedOutput):
-            dead.append(json.dumps(out.value, sort_keys=True))
-            continue
-        for element, micros in zip(out.elements(), out.micros.tolist()):
-            elements[repr((element, micros))] += 1
-        for element, micros in out.extra:
-            elements[repr((element, micros))] += 1
-    return elements, sorted(dead)
+    return tally(fn.process(table))[:2]
 
 
 def times(rng, n, kind):
@@ -262,33 +262,16 @@ def _json_lines(rng, n, fields, iso=False):
 def _by_json_rows(job_spec, lines):
     """The row path on lines: `ParseJson` then `ToElement`, one line at a time."""
     parse, fn = io.ParseJson(), io.ToElement(job_spec)
-    elements, dead = collections.Counter(), []
-    for line in lines:
-        for row in parse.process(line):
-            outs = [row] if isinstance(row, beam.pvalue.TaggedOutput) else fn.process(row)
-            for out in outs:
-                if isinstance(out, beam.pvalue.TaggedOutput):
-                    dead.append(json.dumps(out.value, sort_keys=True))
-                else:
-                    elements[repr((out.value, out.timestamp.micros))] += 1
-    return elements, sorted(dead)
+    return tally(out for line in lines for row in parse.process(line)
+                 for out in ([row] if isinstance(row, beam.pvalue.TaggedOutput)
+                             else fn.process(row)))[:2]
 
 
 def _by_json_batches(job_spec, path):
     """(elements, dead letters, how many rows the vectorised checks took)."""
     fn = io._JsonFileToBatches(job_spec)  # noqa: SLF001 (the DoFn under test)
     fn.setup()
-    elements, dead, fast = collections.Counter(), [], 0
-    for out in fn.process(path):
-        if isinstance(out, beam.pvalue.TaggedOutput):
-            dead.append(json.dumps(out.value, sort_keys=True))
-            continue
-        fast += len(out.micros)
-        for element, micros in zip(out.elements(), out.micros.tolist()):
-            elements[repr((element, micros))] += 1
-        for element, micros in out.extra:
-            elements[repr((element, micros))] += 1
-    return elements, sorted(dead), fast
+    return tally(fn.process(path))
 
 
 @pytest.mark.parametrize("transform,fields,time_format", [
