@@ -180,14 +180,21 @@ def test_parquet_job_gives_the_records_and_dead_letters_of_the_row_path(tmp_path
                       "region": ids(rng, n, True)})
     (tmp_path / "p").mkdir()
     pq.write_table(table, tmp_path / "p" / "part.parquet", row_group_size=128)
+    _same_job_both_ways(tmp_path, monkeypatch, "*.parquet", "parquet", "iso")
+
+
+def _same_job_both_ways(tmp_path, monkeypatch, pattern, fmt, time_format):
+    """The count job on the files `tmp_path/p/pattern`, read batched and read row by row
+    (`_row_path`): the same records and the same dead letters."""
     bounds = {"max_contributions": 3, "max_contributions_per_step": 2, "max_keys_per_unit": 2}
     out = {}
     for name in ("batched", "rows"):
         (tmp_path / name).mkdir()
         _, config = job(tmp_path / name, "count",
-                        {"timestamp": "ts", "unit": "user", "key": "region"}, bounds=bounds)
+                        {"timestamp": "ts", "unit": "user", "key": "region"}, time_format,
+                        bounds=bounds)
         raw = yaml.safe_load(config.read_text())
-        raw["input"]["path"] = str(tmp_path / "p" / "*.parquet")
+        raw["input"].update(path=str(tmp_path / "p" / pattern), format=fmt)
         config.write_text(yaml.safe_dump(raw))
         if name == "rows":
             monkeypatch.setattr(io, "read_elements", _row_path)
@@ -325,18 +332,4 @@ def test_a_json_lines_job_gives_the_records_and_dead_letters_of_the_row_path(tmp
     fields = {"timestamp": "ts", "unit": "user", "key": "region"}
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "in.jsonl").write_bytes(b"\n".join(_json_lines(rng, 500, fields.values())))
-    bounds = {"max_contributions": 3, "max_contributions_per_step": 2, "max_keys_per_unit": 2}
-    out = {}
-    for name in ("batched", "rows"):
-        (tmp_path / name).mkdir()
-        _, config = job(tmp_path / name, "count", fields, "seconds", bounds=bounds,
-                        keys=("a", "b", "c"))
-        raw = yaml.safe_load(config.read_text())
-        raw["input"].update(path=str(tmp_path / "p" / "*.jsonl"), format="jsonl")
-        config.write_text(yaml.safe_dump(raw))
-        if name == "rows":
-            monkeypatch.setattr(io, "read_elements", _row_path)
-        assert job_run.main(["--config", str(config)]) == 0
-        out[name] = _records(raw["output"]["path"]), _dead(raw["output"]["path"])
-    assert len(out["rows"][0]) == 3 * 6 and out["rows"][1]
-    assert out["batched"] == out["rows"]
+    _same_job_both_ways(tmp_path, monkeypatch, "*.jsonl", "jsonl", "seconds")
