@@ -23,9 +23,9 @@ continual_count: ReadFromParquetBatched, one Arrow table per row group):
   -> TimestampedValue((user, key), ts) per row -> ContinualCount (the same records);
 - distinct_floor: plain non-private distinct items per (key, step);
 - continual_distinct: ContinualCountDistinct (max_flips 4, 1 key per item);
-- job_parquet / job_jsonl (`--only jobs`): the product's job (`pipelines.run.build`: reading,
-  parsing, the input gate, the release and its writes) on the count input as Parquet and as
-  JSON lines (the JSON copy is written first, not timed).
+- job_parquet / job_jsonl / job_csv (`--only jobs`): the product's job (`pipelines.run.build`:
+  reading, parsing, the input gate, the release and its writes) on the count input as Parquet,
+  JSON lines and CSV (the copies are written first, not timed).
 Each repeat runs every chosen pipeline once, in the opposite order of the repeat before
 (`--repeats`, default 3); prints each pipeline's CPU seconds (min and median over the repeats)
 and the ratios of mins and of medians. With `--scale` it runs the series of sizes (one repeat
@@ -71,7 +71,8 @@ def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, se
                          "key": rng.integers(0, keys, events, dtype=np.int64),
                          "ts": np.sort(ts)})
     paths = (os.path.join(folder, "count.parquet"), os.path.join(folder, "distinct.parquet"),
-             os.path.join(folder, "count.jsonl"), os.path.join(folder, "count-job.parquet"))
+             os.path.join(folder, "count.jsonl"), os.path.join(folder, "count-job.parquet"),
+             os.path.join(folder, "count.csv"))
     pq.write_table(count, paths[0], row_group_size=100_000)
     pq.write_table(distinct, paths[1], row_group_size=100_000)
     # the job's Parquet input: its event time as a timestamp column (the job's typed input)
@@ -81,6 +82,11 @@ def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, se
         for user, key, micros in zip(*(count.column(n).to_pylist()
                                        for n in ("user", "key", "ts"))):
             handle.write(f'{{"user": {user}, "key": {key}, "ts": {micros / 1e6!r}}}\n')
+    with open(paths[4], "w", encoding="utf-8") as handle:  # and as CSV
+        handle.write("user,key,ts\n")
+        for user, key, micros in zip(*(count.column(n).to_pylist()
+                                       for n in ("user", "key", "ts"))):
+            handle.write(f"{user},{key},{micros / 1e6!r}\n")
     return paths
 
 
@@ -90,9 +96,10 @@ def job_config(paths, fmt: str, steps, keys):
     from pipelines import config as job_config_module
     folder = os.path.dirname(paths[0])
     raw = {"job": f"bench-{fmt}", "transform": "count",
-           "input": {"path": paths[3] if fmt == "parquet" else paths[2], "format": fmt,
+           "input": {"path": {"parquet": paths[3], "jsonl": paths[2], "csv": paths[4]}[fmt],
+                     "format": fmt,
                      "fields": {"timestamp": "ts", "unit": "user", "key": "key"},
-                     "timestamp_format": "seconds" if fmt == "jsonl" else "iso",
+                     "timestamp_format": "iso" if fmt == "parquet" else "seconds",
                      "types": {"unit": "int", "key": "int"}},
            "steps": {"origin": steps.iso(steps.origin), "size_seconds": steps.size,
                      "horizon": steps.horizon},
@@ -203,7 +210,7 @@ def pipelines(paths, args, steps, keys):
              ("continual_count", continual_count),
              ("continual_count_elements", continual_count_elements)]
     distinct = [("distinct_floor", distinct_floor), ("continual_distinct", continual_distinct)]
-    jobs = [("job_parquet", job("parquet")), ("job_jsonl", job("jsonl"))]
+    jobs = [("job_parquet", job("parquet")), ("job_jsonl", job("jsonl")), ("job_csv", job("csv"))]
     chosen = {"count": count, "distinct": distinct, "jobs": jobs,
               "all": count + distinct + jobs}[args.only]
     if args.pipelines:
@@ -213,7 +220,7 @@ def pipelines(paths, args, steps, keys):
 
 
 RATIOS = (("continual_count", "floor"), ("continual_count", "arrow_floor"),
-          ("pipeline_dp", "floor"), ("job_jsonl", "job_parquet"),
+          ("pipeline_dp", "floor"), ("job_jsonl", "job_parquet"), ("job_csv", "job_parquet"),
           ("continual_count", "pipeline_dp"), ("continual_count_elements", "floor"),
           ("continual_count_elements", "pipeline_dp"), ("continual_distinct", "distinct_floor"))
 

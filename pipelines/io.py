@@ -20,13 +20,14 @@ import tempfile
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import config as job_config
 from pipelines.csv_input import ParseCsvFile
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
-from transforms.messages import DEAD_LETTER, dead_letter, dead_letter_record
+from transforms.messages import DEAD_LETTER, GLOBAL_WINDOWS, dead_letter, dead_letter_record
 from transforms.secret import GCP_EXTRA
 from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
 from transforms.validation import BadText, fail, message
@@ -140,7 +141,10 @@ class ToElement(beam.DoFn):
             yield self._dead(row, Reason(code, f"{error}"))
         else:
             seconds = values.pop("timestamp")
-            yield TimestampedValue(registry.SPECS[job.transform].element(values), seconds)
+            # = TimestampedValue(element, seconds) in the global window, where every reader's
+            # rows are: Beam would assign the window per element (a new GlobalWindow each)
+            yield WindowedValue(registry.SPECS[job.transform].element(values),
+                                Timestamp.of(seconds), GLOBAL_WINDOWS)
 
 
     def _dead(self, row, reason):
