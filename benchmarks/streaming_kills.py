@@ -18,7 +18,9 @@ the horizon, also while the job is down. Trial 0 is a positive control: one even
 published 7 s late, so the job must dead-letter it and the comparison must see it.
 
 Per trial:
-- stuck: two continuations after the last kill still left a step unpublished;
+- stuck: two continuations after the last kill still left a step unpublished (a launch
+  killed before it claimed its release is launched again, without `--continue`, as the
+  refusal of `--continue` says);
 - tracebacks: on any run's stderr;
 - steps ok: each step's three files, one record per key, the manifest's SHA-256 equal to the
   files, no other file;
@@ -67,6 +69,7 @@ EVERY = 0.1  # seconds between two events
 HEARTBEAT = 0.3
 POLL = 0.004
 RUN_TIMEOUT = 150  # seconds a continuation may run
+NOTHING_STARTED = "`--continue` must be used where a release of job"
 STUCK_AFTER = 2  # continuations after the last kill that still leave a step missing: stuck
 CONTROL_LATE = 9.0  # the control's event of step 0 is published at origin + 9 s (7 s late)
 KEYS = ["eu", "us", "apac"]
@@ -360,7 +363,11 @@ class Trial:
                 self.pause_until(self.origin + self.plan["cont_at"])
             first = False
             target = pending.pop(0) if pending else None
-            run = self.drive(self.launch + ["--continue"], target, RUN_TIMEOUT)
+            # as the refusal says: a launch killed before it claimed its release started none,
+            # so the operator launches it again rather than continue it
+            again = self.runs and NOTHING_STARTED in open(self.runs[-1]["err"]).read()
+            run = self.drive(self.launch + ([] if again else ["--continue"]), target,
+                             RUN_TIMEOUT)
             uninterrupted = 0 if run["killed"] else uninterrupted + 1
         return False
 

@@ -6,16 +6,21 @@ on any error of the pull. So a 3 MB and a 2 MB message in one pull fail the job,
 subscription missing for a moment (an emulator or a service restart) or a deadline. `install()`
 (called by the local streaming driver, `pipelines.run`) changes this in this process:
 
-- a recorded pull takes up to `MAX_MESSAGES` messages (Beam's takes 10, and the local runner
-  schedules its reader only when the rest of the pipeline is idle: about 10 pulls a second);
-  the subscriber's channel takes `MAX_RECEIVE` bytes: a full pull of Pub/Sub's 10 MB messages;
+- a pull takes up to `MAX_MESSAGES` messages (Beam's takes 10, and the local runner
+  schedules its reader only when the rest of the pipeline is idle: about 10 pulls a second)
+  and waits up to `PULL_SECONDS` for one (Beam's waits 30 s: an idle job's watermark stood
+  still that long); the subscriber's channel takes `MAX_RECEIVE` bytes: a full pull of
+  Pub/Sub's 10 MB messages;
 - a pull that fails with a transient error (`TRANSIENT`: not found, unavailable, deadline
   exceeded, internal, aborted, resource exhausted) is retried with backoff (0.5 s doubling to
   10 s) for up to `retry_seconds`; then the job fails with one line saying `--continue` resumes
   it. A failed pull acknowledged nothing, so a retried one loses nothing;
 - its watermark is paced (`local_watermark`, set with `local_watermark.pace`): a step is
   released only after every unit's contribution to it arrived, however far behind the clock
-  the job runs;
+  the job runs; and it never passes the time up to which the subscription is known to be read
+  (`Drained`): a continuation catching up a backlog releases no step before it has pulled the
+  backlog's messages published in time for it, nor before the messages a killed job's open
+  pull held are given out again;
 - with `record(receipts)` (a checkpointed release), every pull's messages are written down
   before they are acknowledged (Beam acknowledges as it pulls): a job killed at any point
   loses no message it read; its continuation replays what it read and did not release.
@@ -24,6 +29,7 @@ Dataflow reads Pub/Sub with its own service-side reader; none of this applies th
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -80,6 +86,68 @@ def subscriber_client():
     return pubsub.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
+BEAM_PULL = 10  # messages per pull of Beam's own reader (`_read_from_pubsub`)
+# the longest a recorded pull waits for a message (Beam's waits 30 s): an idle job's watermark
+# moves at least this often, and a killed job's pull stays open in Pub/Sub at most this long
+PULL_SECONDS = 5.0
+
+
+class Drained:
+    """Up to when (seconds, publish time) the subscription is known to be read.
+
+    A pull that returned fewer messages than it asked for found the subscription empty of
+    everything published before the pull began: read up to its start. A full pull says the
+    backlog was read up to its oldest message at least (Pub/Sub delivers roughly oldest
+    first; the pacer's `slack` does not apply to this mark, so a job that always pulls full
+    still moves on, at the pace it reads). The mark only rises.
+
+    Until `blind_until` (wall clock) nothing is known: a job killed while its pull was waiting
+    leaves that pull open in Pub/Sub, which hands it messages for up to the pull's timeout and
+    gives them out again only once their acknowledgement deadline passed. So a continuation
+    trusts no pull that began before its start + `PULL_SECONDS` + the subscription's
+    acknowledgement deadline (`blind_seconds`): catching up, it waits that long before it
+    releases a due step, rather than release it without those messages. (A first launch
+    trusts its pulls at once: a step due at its start whose messages a killed job of another
+    release held are `late` dead letters.)
+
+    >>> drained = Drained(blind_until=100.0)
+    >>> drained.pulled(started=99.0, asked=10, stamps=[])  # a killed job's pull may be open
+    -inf
+    >>> drained.pulled(started=100.0, asked=10, stamps=[40.0] * 10)  # full: its oldest
+    40.0
+    >>> drained.pulled(started=101.0, asked=10, stamps=[41.0])  # short: up to its start
+    101.0
+    >>> drained.pulled(started=102.0, asked=10, stamps=[30.0] * 10)  # never back
+    101.0
+    """
+
+    def __init__(self, blind_until: float = -math.inf):
+        self.blind_until, self.until = blind_until, -math.inf
+
+    def pulled(self, started: float, asked: int, stamps: list) -> float:
+        if started >= self.blind_until:
+            mark = started if len(stamps) < asked else min(stamps)
+            self.until = max(self.until, mark)
+        return self.until
+
+
+def blind_seconds(subscription: str) -> float:
+    """How long after its start an execution trusts no pull (`Drained`): the longest a pull
+    of a killed execution stays open (`PULL_SECONDS`) + the subscription's acknowledgement
+    deadline (asked once; Pub/Sub's default, 10 s, if it cannot be read)."""
+    try:
+        found = retried(lambda: subscriber_client().get_subscription(
+            subscription=subscription, timeout=30), 30.0)
+        deadline = float(found.ack_deadline_seconds or 10)
+    except Exception:  # noqa: BLE001 (a subscription that cannot be read: the reader fails)
+        deadline = 10.0
+    return PULL_SECONDS + deadline
+
+
+# how far this process's local reader has read its subscription (`Drained`; reset by install)
+DRAINED = [Drained()]
+
+
 # where each pull's messages are recorded before they are acknowledged (`record`), or None
 RECEIPTS = [None]
 
@@ -93,16 +161,19 @@ def record(receipts) -> None:
 
 def read_recorded(evaluator, retry_seconds: float):
     """Beam's local pull (`_read_from_pubsub` without a timestamp attribute: each message at
-    its publish time), its messages recorded before their acknowledgement."""
+    its publish time) of up to MAX_MESSAGES, waiting up to PULL_SECONDS, its messages
+    recorded before their acknowledgement (`record`)."""
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from apache_beam.utils.timestamp import Timestamp
     client = evaluator._get_subscriber_client(evaluator._applied_ptransform)
     response = retried(lambda: client.pull(subscription=evaluator._sub_name,
-                                           max_messages=MAX_MESSAGES, timeout=30),
+                                           max_messages=MAX_MESSAGES,
+                                           timeout=PULL_SECONDS),
                        retry_seconds)
     messages = [PubsubMessage._from_message(rm.message) for rm in response.received_messages]
     if messages:
-        RECEIPTS[0](messages)
+        if RECEIPTS[0] is not None:
+            RECEIPTS[0](messages)
         ack_ids = [rm.ack_id for rm in response.received_messages]
         retried(lambda: client.acknowledge(subscription=evaluator._sub_name, ack_ids=ack_ids),
                 retry_seconds)
@@ -121,10 +192,13 @@ def drain() -> None:
     DRAINING[0] = True
 
 
-def install(retry_seconds: float = RETRY_SECONDS) -> None:
-    """Hardens the local runner's Pub/Sub reader in this process (idempotent)."""
+def install(retry_seconds: float = RETRY_SECONDS, blind: float = 0.0) -> None:
+    """Hardens the local runner's Pub/Sub reader in this process (idempotent); `blind`: the
+    seconds from now during which no pull is trusted to have drained the subscription
+    (`Drained`, `blind_seconds`)."""
     from apache_beam.runners.direct import transform_evaluator as te
     DRAINING[0] = False
+    DRAINED[0] = Drained(time.time() + blind)
     evaluator = te._PubSubReadEvaluator
     if getattr(evaluator, "_dp_hardened", None) == retry_seconds:
         return
@@ -142,10 +216,13 @@ def install(retry_seconds: float = RETRY_SECONDS) -> None:
     original_finish = getattr(evaluator, "_dp_original_finish", evaluator.finish_bundle)
 
     def read_from_pubsub(self, timestamp_attribute):
-        if timestamp_attribute is not None or RECEIPTS[0] is None:
-            pulled = retried(lambda: original_read(self, timestamp_attribute), retry_seconds)
+        started = time.time()
+        if timestamp_attribute is not None:  # (the project's jobs read by publish time)
+            pulled, asked = retried(lambda: original_read(self, timestamp_attribute),
+                                    retry_seconds), BEAM_PULL
         else:
-            pulled = read_recorded(self, retry_seconds)
+            pulled, asked = read_recorded(self, retry_seconds), MAX_MESSAGES
+        DRAINED[0].pulled(started, asked, [stamp.micros / 1e6 for stamp, _ in pulled])
         self._dp_pulled = pulled
         return pulled
 
@@ -160,7 +237,8 @@ def install(retry_seconds: float = RETRY_SECONDS) -> None:
         result = original_finish(self)
         holds = result.keyed_watermark_holds
         if None in holds:
-            holds[None] = local_watermark.paced_hold(self, self._dp_pulled, holds[None])
+            holds[None] = local_watermark.paced_hold(self, self._dp_pulled, holds[None],
+                                                     DRAINED[0].until)
         return result
 
     evaluator._dp_original_read = original_read

@@ -138,11 +138,15 @@ def pace(pacer: Optional[Pacer]) -> None:
     PACER[0] = pacer
 
 
-def paced_hold(evaluator, pulled, hold):
-    """The reader bundle's watermark hold (a Timestamp), paced when a pacer is set."""
+def paced_hold(evaluator, pulled, hold, drained: float = math.inf):
+    """The reader bundle's watermark hold (a Timestamp), paced when a pacer is set: at most
+    `drained` (seconds: the subscription is read up to it, `local_pubsub.Drained`), and
+    crossing the release's deadlines in order (`Pacer`)."""
     pacer = PACER[0]
     if pacer is None or hold is None:
         return hold
-    from apache_beam.utils.timestamp import Timestamp
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+    now = hold.micros if drained >= hold.micros / 1e6 else \
+        MIN_TIMESTAMP.micros if drained == -math.inf else int(math.floor(drained * 1e6))
     return Timestamp(micros=pacer.hold(
-        hold.micros, lambda micros: in_flight_before(evaluator, pulled, micros)))
+        now, lambda micros: in_flight_before(evaluator, pulled, micros)))

@@ -29,8 +29,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import (commit, gate, io, job_release, local_pubsub, local_watermark, logs,
-                       storage, stream)
+from pipelines import (commit, gate, io, job_release, local_dofns, local_pubsub,
+                       local_watermark, logs, storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
 from pipelines.plan_command import plan_arguments
@@ -281,7 +281,9 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         before = set(stream.published_steps(job)) if local else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
-            local_pubsub.install()
+            local_pubsub.install(blind=0.0 if continuation is None else  # a killed pull's
+                                 local_pubsub.blind_seconds(job.input.subscription))
+            local_dofns.install()  # and the project's DoFns kept between bundles
             local_watermark.pace(local_watermark.Pacer(local_watermark.deadlines(
                 job.steps.time_steps(), 0 if continuation is None else continuation.first,
                 transform.config.allowed_lateness_seconds,

@@ -67,3 +67,19 @@ def test_a_blocked_deadline_is_checked_again_only_after_the_recheck_interval():
         clock["now"] = now
         hold = pacer.hold(500, blocked)
     assert calls == [0.0, 0.06, 0.12, 0.2] and hold == 500
+
+
+def test_the_paced_watermark_never_passes_where_the_subscription_is_known_read():
+    """`paced_hold` caps the reader's hold (the wall clock) at the drained mark
+    (`local_pubsub.Drained`): a backlog not yet pulled keeps every deadline after it."""
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+    from pipelines import local_watermark
+    local_watermark.pace(Pacer([500_000_000], slack=1e9, clock=lambda: 0.0, every=0.0))
+    try:
+        hold = Timestamp(micros=100_000_000)
+        assert local_watermark.paced_hold(None, [], hold, 50.25).micros == 50_250_000
+        assert local_watermark.paced_hold(None, [], hold, 150.0).micros == 100_000_000
+        assert local_watermark.paced_hold(None, [], hold, float("-inf")) == MIN_TIMESTAMP
+        assert local_watermark.paced_hold(None, [], hold) == hold  # no mark: the reader's
+    finally:
+        local_watermark.pace(None)

@@ -1,0 +1,75 @@
+"""The local streaming runner keeps the project's DoFns between bundles
+(pipelines/local_dofns.py): one copy set up once, the same outputs."""
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines import io, local_dofns
+
+CALLS = {"setup": 0, "start_bundle": 0}
+
+
+def _count(name):
+    def counted(self):
+        CALLS[name] += 1
+    return counted
+
+
+def _run(monkeypatch, lines):
+    for name in CALLS:
+        CALLS[name] = 0
+        monkeypatch.setattr(io.ParseJson, name, _count(name), raising=False)
+    stream = TestStream()
+    for first in range(0, len(lines), 20):  # one bundle of input per batch, at least
+        stream = stream.add_elements(lines[first:first + 20]).advance_watermark_to(first + 20)
+    options = PipelineOptions(["--runner=BundleBasedDirectRunner", "--streaming"])
+    with beam.Pipeline(options=options) as pipeline:
+        rows = (pipeline | stream.advance_watermark_to_infinity()
+                | beam.ParDo(io.ParseJson()).with_outputs("dead_letters", main="rows"))
+        assert_that(rows.rows | beam.Map(lambda row: row["i"]),
+                    equal_to(list(range(len(lines)))))
+    return dict(CALLS)
+
+
+def test_a_project_dofn_is_set_up_once_for_all_its_bundles(monkeypatch):
+    lines = [json.dumps({"i": i}).encode() for i in range(200)]
+    local_dofns.install()
+    calls = _run(monkeypatch, lines)
+    assert calls["start_bundle"] > 1, calls  # several bundles, so the test can fail
+    assert calls["setup"] == 1, calls
+
+
+def test_without_it_the_runner_sets_a_dofn_up_at_every_bundle(monkeypatch):
+    """The cost the module removes (checked on a fresh runner module state): the same
+    pipeline sets ParseJson up once per bundle when its DoFns are not kept."""
+    from apache_beam.internal import pickler
+    from apache_beam.runners import common
+    from apache_beam.runners.direct import transform_evaluator as te
+    if getattr(te, "_dp_kept_dofns", False):
+        monkeypatch.setattr(te, "pickler", pickler)
+        monkeypatch.setattr(common, "DoFnSignature", common.DoFnSignature(
+            beam.DoFn()).__class__)
+    lines = [json.dumps({"i": i}).encode() for i in range(200)]
+    calls = _run(monkeypatch, lines)
+    assert calls["setup"] == calls["start_bundle"] > 1, calls
+
+
+
+def test_a_project_dofns_state_and_timer_specs_are_beams():
+    """The specs found once per class are those Beam finds for the DoFn (the release's state
+    cell and its two timers)."""
+    from apache_beam.transforms import userstate
+
+    from transforms.streaming import ReleaseStreamingFn
+    local_dofns.install()
+    fn = ReleaseStreamingFn.__new__(ReleaseStreamingFn)
+    found = userstate.get_dofn_specs(fn)
+    assert {s.name for s in found[0]} == {"release_state"}
+    assert {t.name for t in found[1]} == {"ts-release", "ts-retry"}
+    assert userstate.get_dofn_specs(fn) == found and userstate.get_dofn_specs(fn)[0] is not \
+        found[0]
