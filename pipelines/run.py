@@ -29,14 +29,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import (commit, gate, io, job_release, local_dofns, local_pubsub,
+from pipelines import (commit, engines, gate, io, job_release, local_dofns, local_pubsub,
                        local_watermark, logs, storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
 from pipelines.plan_command import plan_arguments
 from transforms import registry
 from transforms.mechanisms import ConstantNoiseSource
-from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (the runners with local paths)
+from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (Beam's local runners)
+from transforms.continual import workers_here
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
 
@@ -47,6 +48,13 @@ def runner_of(beam_args) -> str:
         if arg == "--runner" and i + 1 < len(beam_args):
             return beam_args[i + 1]
     return "FnApiRunner"
+
+
+def local_paths(beam_args) -> bool:
+    """Whether the run's workers read and write this machine's paths (`workers_here`)."""
+    from apache_beam.options.pipeline_options import PortableOptions
+    environment = PipelineOptions(list(beam_args)).view_as(PortableOptions).environment_type
+    return workers_here(runner_of(beam_args), environment)
 
 
 @contextlib.contextmanager
@@ -147,8 +155,15 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     runner = runner_of(beam_args)
     try:
+        beam_args = engines.runner_args(runner, beam_args)  # Flink, Spark: the installed jars
+        if runner in engines.ENGINES:
+            engines.quiet_worker_shutdown()
+        local = local_paths(beam_args)
         job = job_config.load(args.config)
-        if not job.secret.configured and runner not in LOCAL_RUNNERS:
+        if job.input.unbounded and runner in engines.ENGINES:
+            job_config.fail("--runner", "DirectRunner or DataflowRunner for a Pub/Sub input "
+                                        "(Beam reads Pub/Sub in Python on those only)", runner)
+        if not job.secret.configured and not local:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
         if job.input.unbounded:
@@ -160,7 +175,7 @@ def main(argv=None) -> int:
                 job_config.fail("--continue", "used with a streaming job (input.kind pubsub; "
                                               "a batch release continues with "
                                               "python3 -m pipelines.schedule)", "files")
-        io.preflight(job, runner in LOCAL_RUNNERS, runner)
+        io.preflight(job, local, runner)
     except ValueError as error:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2
@@ -517,7 +532,11 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
         for counter in result.metrics().query()["counters"]:
             if counter.key.metric.namespace == "continual_release":
                 name = counter.key.metric.name
-                counters[name] = counters.get(name, 0) + int(counter.committed or 0)
+                # Spark's portable runner reports attempted counts only (no bundle retried
+                # locally; on a cluster a retried bundle may count twice)
+                value = counter.committed if counter.committed is not None else \
+                    counter.attempted
+                counters[name] = counters.get(name, 0) + int(value or 0)
     except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
         pass
     summary = {"events_in_window": counters.get("events_in_window"),

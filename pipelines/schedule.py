@@ -64,7 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import gate, io, logs, storage
+from pipelines import engines, gate, io, logs, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
                                    ConcurrentRun, check_ledger, create_if_absent,
@@ -146,9 +146,13 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     job = job_config.load(config_path)
     io.check_bounded_options(beam_args, job)
     runner = job_run.runner_of(list(beam_args))
-    if runner not in job_run.LOCAL_RUNNERS:  # its workers write the checkpoints too
+    beam_args = engines.runner_args(runner, beam_args)  # Flink, Spark: the installed jars
+    if runner in engines.ENGINES:
+        engines.quiet_worker_shutdown()
+    local = job_run.local_paths(beam_args)
+    if not local:  # its workers write the checkpoints too
         io.remote_preflight(job, runner, [("--state-dir", state_dir)])
-    io.preflight(job, runner in job_run.LOCAL_RUNNERS, runner)
+    io.preflight(job, local, runner)
     remove_torn_markers(state_dir)  # empty markers of a version before atomic creation
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)
     secret_fingerprint = secret.fingerprint()

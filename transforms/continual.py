@@ -352,10 +352,24 @@ LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner", "TestDirectRunner")
 
 
+PORTABLE_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner")
+
+
+def workers_here(runner: str, environment_type=None) -> bool:
+    """Whether `runner`'s SDK workers are this machine's processes, reading and writing its
+    paths: Beam's local runners, and a portable runner whose environment is LOOPBACK (the
+    launching process is its SDK harness, wherever the engine runs)."""
+    return runner in LOCAL_RUNNERS + ("NoneType",) or (
+        runner in PORTABLE_RUNNERS and str(environment_type or "").upper() == "LOOPBACK")
+
+
 def remote_runner(pipeline) -> bool:
-    """Whether `pipeline` runs its workers elsewhere (Dataflow, a portable runner): its local
-    paths are not the driver's."""
+    """Whether `pipeline` runs its workers elsewhere (Dataflow, a portable runner's workers):
+    its local paths are not the driver's."""
     if pipeline is None:
         return False
+    from apache_beam.options.pipeline_options import PortableOptions
     runner = type(getattr(pipeline, "runner", None)).__name__
-    return runner not in LOCAL_RUNNERS + ("NoneType",)
+    options = getattr(pipeline, "_options", None)
+    environment = options.view_as(PortableOptions).environment_type if options else None
+    return not workers_here(runner, environment)
