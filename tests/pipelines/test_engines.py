@@ -173,3 +173,32 @@ def test_scheduled_runs_on_flink_continue_one_release_as_one_local_run(tmp_path)
         tmp_path / "whole" / raw["job"] / "records-*.jsonl")) for line in open(path)),
                    key=order)
     assert len(scheduled) == 12 * len(raw["public_keys"]) and scheduled == local
+
+
+def _layout(folder) -> list:
+    """Every file under `folder`, ids and shard counts replaced: what a run wrote, by kind."""
+    import re
+    found = []
+    for path in glob.glob(os.path.join(folder, "**", "*"), recursive=True) + glob.glob(
+            os.path.join(folder, ".*", "**", "*"), recursive=True):
+        if os.path.isfile(path):
+            name = re.sub(r"[0-9a-f]{8,32}", "ID", os.path.relpath(path, folder))
+            found.append(re.sub(r"-\d{5}-of-\d{5}", "-SHARD", name))
+    return sorted(set(found))
+
+
+@needs("FlinkRunner")
+def test_a_private_run_on_flink_claims_and_commits_as_a_local_run(tmp_path):
+    """No seed: each run draws a fresh secret, claims its release once beside the output and
+    commits its set; on Flink the files are those of a local run, and the records private."""
+    local = _run(_config(tmp_path, "signups.yaml", "local", secret={}))
+    flink = _run(_config(tmp_path, "signups.yaml", "flink", secret={}), "--runner",
+                 "FlinkRunner")
+    assert _layout(tmp_path / "flink") == _layout(tmp_path / "local")
+    ids = [json.loads(done.stdout)["public"]["release_id"] for done in (local, flink)]
+    assert ids[0] != ids[1]
+    claims = os.listdir(tmp_path / "flink" / ".releases")
+    assert sorted(claims) == [f"signups-{ids[1]}", f"signups-{ids[1]}.claim"]
+    published = _published(tmp_path / "flink")
+    assert published["manifest"]["release_id"] == ids[1]
+    assert {json.loads(line)["private"] for line in published["records"]} == {True}
