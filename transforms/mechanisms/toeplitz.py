@@ -381,8 +381,10 @@ class SqrtToeplitz(ToeplitzMechanism):
     def _noise_vector(self):
         z = self._unit_z(0, self.horizon)
         size = 1 << max(1, (2 * self.horizon - 1).bit_length())
-        spectrum = np.fft.rfft(self.left_coefficients(), size) * np.fft.rfft(z, size)
-        return np.fft.irfft(spectrum, size)[:self.horizon]
+        left = self._cache.get("left_spectrum")  # the same for every stream: once
+        if left is None:
+            left = self._cache["left_spectrum"] = np.fft.rfft(self.left_coefficients(), size)
+        return np.fft.irfft(left * np.fft.rfft(z, size), size)[:self.horizon]
 
     def _equal_weight_terms(self):
         return None
