@@ -90,6 +90,17 @@ ENGINES: Dict[str, Engine] = {engine.runner: engine for engine in (
 BY_NAME = {engine.name: engine for engine in ENGINES.values()}
 
 
+def _given(beam_args: Sequence[str], option: str):
+    """The last value given for `option` (`--x=v` or `--x v`), else None."""
+    found = None
+    for i, arg in enumerate(beam_args):
+        if arg.startswith(option + "="):
+            found = arg.split("=", 1)[1]
+        elif arg == option and i + 1 < len(beam_args):
+            found = beam_args[i + 1]
+    return found
+
+
 def _shown(path: str) -> str:
     """`path` relative to the current folder when inside it, else as it is."""
     relative = os.path.relpath(path)
@@ -113,6 +124,12 @@ def runner_args(runner: str, beam_args: Sequence[str]) -> List[str]:
                          f"pipelines.engines fetch {engine.name}); got none in "
                          f"{_shown(engine.folder)}.")
     given = {arg.split("=", 1)[0] for arg in beam_args if arg.startswith("--")}
+    master = "--flink_master" if engine.name == "flink" else "--spark_master_url"
+    if _given(beam_args, master) not in (None, "[local]", "[auto]") and not str(
+            _given(beam_args, master)).startswith("local") and "--environment_type" not in given:
+        raise ValueError(f"`--environment_type` must be given with `{master}` (LOOPBACK: the "
+                         f"SDK workers are this process; PROCESS or EXTERNAL: a cluster's); "
+                         f"got none.")
     added = [option for option in engine.options()
              if option.split("=", 1)[0] not in given
              or option.startswith("--job_server_jvm_properties")]

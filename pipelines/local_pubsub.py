@@ -52,14 +52,18 @@ def transient_errors() -> tuple:
             exceptions.Unknown)
 
 
-def retried(pull, retry_seconds: float = RETRY_SECONDS, sleep=time.sleep, clock=time.monotonic):
-    """`pull()` retried on transient errors (see the module docstring), else its result."""
+def retried(pull, retry_seconds: float = RETRY_SECONDS, sleep=time.sleep, clock=time.monotonic,
+            failed=None):
+    """`pull()` retried on transient errors (see the module docstring), else its result;
+    `failed()` is called at each error retried."""
     transient = transient_errors()
     start, wait = clock(), BACKOFF[0]
     while True:
         try:
             return pull()
         except transient as error:
+            if failed is not None:
+                failed()
             if clock() - start + wait > retry_seconds:
                 raise PubSubUnavailable(
                     f"`Pub/Sub` must answer the job's pull within {retry_seconds:g} s; got "
@@ -86,7 +90,8 @@ def subscriber_client():
     return pubsub.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
-BEAM_PULL = 10  # messages per pull of Beam's own reader (`_read_from_pubsub`)
+SKEW = 1.0  # seconds a short pull's mark stays behind its start (clocks; Drained)
+SLACK_SECONDS = 10.0  # full pulls for this long: the mark moves to their oldest message
 # the longest a recorded pull waits for a message (Beam's waits 30 s): an idle job's watermark
 # moves at least this often, and a killed job's pull stays open in Pub/Sub at most this long
 PULL_SECONDS = 5.0
@@ -96,39 +101,64 @@ class Drained:
     """Up to when (seconds, publish time) the subscription is known to be read.
 
     A pull that returned fewer messages than it asked for found the subscription empty of
-    everything published before the pull began: read up to its start. A full pull says the
-    backlog was read up to its oldest message at least (Pub/Sub delivers roughly oldest
-    first; the pacer's `slack` does not apply to this mark, so a job that always pulls full
-    still moves on, at the pace it reads). The mark only rises.
+    everything published before the pull began: read up to its start, less `SKEW` (the
+    publish times are the service's clock, the start this machine's). That holds for the
+    Pub/Sub emulator, which hands out its backlog oldest first and in full pulls; Pub/Sub
+    itself promises neither (a pull may return fewer messages than it could, in any order),
+    so on it the mark is an estimate and an on-time message read after its step was released
+    is a `late` dead letter, as on an overloaded job. A full pull moves the mark only when no
+    short pull came for `slack` seconds (an overloaded job keeps releasing, at the pace it
+    reads its backlog: up to the pull's oldest message). The mark only rises.
 
-    Until `blind_until` (wall clock) nothing is known: a job killed while its pull was waiting
+    Until `blind_until` (wall clock) no pull moves it: a job killed while its pull was waiting
     leaves that pull open in Pub/Sub, which hands it messages for up to the pull's timeout and
     gives them out again only once their acknowledgement deadline passed. So a continuation
     trusts no pull that began before its start + `PULL_SECONDS` + the subscription's
-    acknowledgement deadline (`blind_seconds`): catching up, it waits that long before it
-    releases a due step, rather than release it without those messages. (A first launch
-    trusts its pulls at once: a step due at its start whose messages a killed job of another
-    release held are `late` dead letters.)
+    acknowledgement deadline + `SKEW` (`blind_seconds`): catching up, it waits that long
+    before it releases a due step, rather than release it without those messages. A pull of
+    its own that failed may have been handed messages too: `failed` blinds it again as long.
+    (A first launch trusts its pulls at once: a step due at its start whose messages a killed
+    job of another release held are `late` dead letters.)
 
-    >>> drained = Drained(blind_until=100.0)
+    >>> drained = Drained(blind_until=100.0, slack=10.0)
     >>> drained.pulled(started=99.0, asked=10, stamps=[])  # a killed job's pull may be open
     -inf
-    >>> drained.pulled(started=100.0, asked=10, stamps=[40.0] * 10)  # full: its oldest
-    40.0
-    >>> drained.pulled(started=101.0, asked=10, stamps=[41.0])  # short: up to its start
-    101.0
-    >>> drained.pulled(started=102.0, asked=10, stamps=[30.0] * 10)  # never back
-    101.0
+    >>> drained.pulled(started=100.0, asked=10, stamps=[41.0])  # short: up to its start
+    99.0
+    >>> drained.pulled(started=105.0, asked=10, stamps=[40.0] * 10)  # full: no news
+    99.0
+    >>> drained.pulled(started=111.0, asked=10, stamps=[60.0] * 10)  # full for 10 s: oldest
+    99.0
+    >>> drained.pulled(started=112.0, asked=10, stamps=[130.0] * 10)
+    130.0
+    >>> drained.failed(now=113.0, blind=15.0)  # a pull failed: blind again until 128
+    >>> drained.pulled(started=120.0, asked=10, stamps=[])
+    130.0
     """
 
-    def __init__(self, blind_until: float = -math.inf):
-        self.blind_until, self.until = blind_until, -math.inf
+    def __init__(self, blind_until: float = -math.inf, slack: float = SLACK_SECONDS,
+                 blind: float = PULL_SECONDS + 10.0 + SKEW):
+        self.blind_until, self.until, self.slack = blind_until, -math.inf, slack
+        self.blind = blind  # seconds a failed pull blinds it (`blind_seconds`)
+        self.short_at = None  # when the last short pull began (None: none yet)
 
     def pulled(self, started: float, asked: int, stamps: list) -> float:
-        if started >= self.blind_until:
-            mark = started if len(stamps) < asked else min(stamps)
-            self.until = max(self.until, mark)
+        if started < self.blind_until:
+            return self.until
+        if len(stamps) < asked:
+            self.short_at = started
+            self.until = max(self.until, started - SKEW)
+        elif self.short_at is None or started - self.short_at >= self.slack:
+            if self.short_at is None:
+                self.short_at = started
+            else:
+                self.until = max(self.until, min(stamps))
         return self.until
+
+    def failed(self, now: float, blind: float) -> None:
+        """A pull failed (it may have been handed messages Pub/Sub gives out again only after
+        their acknowledgement deadline): no pull moves the mark for `blind` seconds."""
+        self.blind_until = max(self.blind_until, now + blind)
 
 
 def blind_seconds(subscription: str) -> float:
@@ -141,7 +171,7 @@ def blind_seconds(subscription: str) -> float:
         deadline = float(found.ack_deadline_seconds or 10)
     except Exception:  # noqa: BLE001 (a subscription that cannot be read: the reader fails)
         deadline = 10.0
-    return PULL_SECONDS + deadline
+    return PULL_SECONDS + deadline + SKEW
 
 
 # how far this process's local reader has read its subscription (`Drained`; reset by install)
@@ -165,11 +195,20 @@ def read_recorded(evaluator, retry_seconds: float):
     recorded before their acknowledgement (`record`)."""
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from apache_beam.utils.timestamp import Timestamp
+    from google.api_core import exceptions
     client = evaluator._get_subscriber_client(evaluator._applied_ptransform)
-    response = retried(lambda: client.pull(subscription=evaluator._sub_name,
-                                           max_messages=MAX_MESSAGES,
-                                           timeout=PULL_SECONDS),
-                       retry_seconds)
+
+    def pull():
+        try:
+            return client.pull(subscription=evaluator._sub_name, max_messages=MAX_MESSAGES,
+                               timeout=PULL_SECONDS)
+        except exceptions.DeadlineExceeded:  # Pub/Sub's answer to an idle pull: nothing
+            return None
+    drained = DRAINED[0]
+    response = retried(pull, retry_seconds,
+                       failed=lambda: drained.failed(time.time(), drained.blind))
+    if response is None:
+        return []
     messages = [PubsubMessage._from_message(rm.message) for rm in response.received_messages]
     if messages:
         if RECEIPTS[0] is not None:
@@ -192,13 +231,14 @@ def drain() -> None:
     DRAINING[0] = True
 
 
-def install(retry_seconds: float = RETRY_SECONDS, blind: float = 0.0) -> None:
+def install(retry_seconds: float = RETRY_SECONDS, blind: float = PULL_SECONDS + 10.0 + SKEW,
+            continuation: bool = False) -> None:
     """Hardens the local runner's Pub/Sub reader in this process (idempotent); `blind`: the
-    seconds from now during which no pull is trusted to have drained the subscription
-    (`Drained`, `blind_seconds`)."""
+    seconds during which no pull is trusted to have drained the subscription after a pull
+    failed, and from now on for a `continuation` (`Drained`, `blind_seconds`)."""
     from apache_beam.runners.direct import transform_evaluator as te
     DRAINING[0] = False
-    DRAINED[0] = Drained(time.time() + blind)
+    DRAINED[0] = Drained(time.time() + blind if continuation else -math.inf, blind=blind)
     evaluator = te._PubSubReadEvaluator
     if getattr(evaluator, "_dp_hardened", None) == retry_seconds:
         return
@@ -216,13 +256,13 @@ def install(retry_seconds: float = RETRY_SECONDS, blind: float = 0.0) -> None:
     original_finish = getattr(evaluator, "_dp_original_finish", evaluator.finish_bundle)
 
     def read_from_pubsub(self, timestamp_attribute):
+        if timestamp_attribute is not None:  # its stamps are the producers' clocks
+            raise ValueError(f"`timestamp_attribute` must be unset for the local reader (the "
+                             f"project's jobs read by publish time); got "
+                             f"{timestamp_attribute!r}.")
         started = time.time()
-        if timestamp_attribute is not None:  # (the project's jobs read by publish time)
-            pulled, asked = retried(lambda: original_read(self, timestamp_attribute),
-                                    retry_seconds), BEAM_PULL
-        else:
-            pulled, asked = read_recorded(self, retry_seconds), MAX_MESSAGES
-        DRAINED[0].pulled(started, asked, [stamp.micros / 1e6 for stamp, _ in pulled])
+        pulled = read_recorded(self, retry_seconds)
+        DRAINED[0].pulled(started, MAX_MESSAGES, [stamp.micros / 1e6 for stamp, _ in pulled])
         self._dp_pulled = pulled
         return pulled
 

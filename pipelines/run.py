@@ -42,12 +42,15 @@ from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
 
 def runner_of(beam_args) -> str:
-    for i, arg in enumerate(beam_args):
-        if arg.startswith("--runner="):
-            return arg.split("=", 1)[1]
-        if arg == "--runner" and i + 1 < len(beam_args):
-            return beam_args[i + 1]
-    return "FnApiRunner"
+    """The class name of the runner Beam creates from `beam_args`: its last `--runner` (Beam's
+    options parser keeps the last), named as Beam's `create_runner` resolves it ("flink",
+    "flinkrunner" -> FlinkRunner; a qualified name -> its class name); FnApiRunner if none."""
+    from apache_beam.options.pipeline_options import StandardOptions
+    name = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
+    if not name:
+        return "FnApiRunner"
+    known = {known.lower(): known for known in StandardOptions.KNOWN_RUNNER_NAMES}
+    return known.get(name.lower(), known.get(name.lower() + "runner", name.rsplit(".", 1)[-1]))
 
 
 def local_paths(beam_args) -> bool:
@@ -55,6 +58,19 @@ def local_paths(beam_args) -> bool:
     from apache_beam.options.pipeline_options import PortableOptions
     environment = PipelineOptions(list(beam_args)).view_as(PortableOptions).environment_type
     return workers_here(runner_of(beam_args), environment)
+
+
+def with_runner(beam_args, runner: str) -> list:
+    """`beam_args` naming `runner` once, as its last `--runner` (what `runner_of` read)."""
+    kept, skip = [], False
+    for arg in beam_args:
+        if skip:
+            skip = False
+        elif arg == "--runner":
+            skip = True
+        elif not arg.startswith("--runner="):
+            kept.append(arg)
+    return kept + [f"--runner={runner}"]
 
 
 @contextlib.contextmanager
@@ -155,7 +171,8 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     runner = runner_of(beam_args)
     try:
-        beam_args = engines.runner_args(runner, beam_args)  # Flink, Spark: the installed jars
+        beam_args = engines.runner_args(runner, with_runner(beam_args, runner) if any(
+            a.startswith("--runner") for a in beam_args) else beam_args)  # Flink, Spark: jars
         if runner in engines.ENGINES:
             engines.quiet_worker_shutdown()
         local = local_paths(beam_args)
@@ -296,8 +313,8 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         stream.build(pipeline, job, transform, manifest, not local, continuation)
         before = set(stream.published_steps(job)) if local else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
-            local_pubsub.install(blind=0.0 if continuation is None else  # a killed pull's
-                                 local_pubsub.blind_seconds(job.input.subscription))
+            local_pubsub.install(blind=local_pubsub.blind_seconds(job.input.subscription),
+                                 continuation=continuation is not None)  # a killed pull's
             local_dofns.install()  # and the project's DoFns kept between bundles
             local_watermark.pace(local_watermark.Pacer(local_watermark.deadlines(
                 job.steps.time_steps(), 0 if continuation is None else continuation.first,

@@ -352,15 +352,19 @@ LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner", "TestDirectRunner")
 
 
-PORTABLE_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner")
+PORTABLE_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner", "PrismRunner")
+LOOPBACK = ("LOOPBACK", "beam:env:loopback:v1")  # Beam's name and URN of the environment
 
 
 def workers_here(runner: str, environment_type=None) -> bool:
     """Whether `runner`'s SDK workers are this machine's processes, reading and writing its
-    paths: Beam's local runners, and a portable runner whose environment is LOOPBACK (the
-    launching process is its SDK harness, wherever the engine runs)."""
-    return runner in LOCAL_RUNNERS + ("NoneType",) or (
-        runner in PORTABLE_RUNNERS and str(environment_type or "").upper() == "LOOPBACK")
+    paths: Beam's in-process runners, and a portable runner (Prism too) whose environment is
+    LOOPBACK (the launching process is its SDK harness, wherever the engine runs; Prism's
+    default)."""
+    if runner in PORTABLE_RUNNERS:
+        return environment_type in LOOPBACK or (runner == "PrismRunner"
+                                                and not environment_type)
+    return runner in LOCAL_RUNNERS + ("NoneType",)
 
 
 def remote_runner(pipeline) -> bool:

@@ -202,3 +202,19 @@ def test_a_private_run_on_flink_claims_and_commits_as_a_local_run(tmp_path):
     published = _published(tmp_path / "flink")
     assert published["manifest"]["release_id"] == ids[1]
     assert {json.loads(line)["private"] for line in published["records"]} == {True}
+
+
+def test_a_cluster_master_needs_the_environment_of_its_workers_said(monkeypatch, tmp_path):
+    """LOOPBACK added by default would make a remote cluster call back into this process;
+    where the workers run is the user's to say (it decides which paths they reach)."""
+    monkeypatch.setattr(engines, "HOME", str(tmp_path))
+    flink = engines.ENGINES["FlinkRunner"]
+    os.makedirs(flink.folder)
+    open(flink.jar, "wb").close()
+    with pytest.raises(ValueError, match=r"^`--environment_type` must be given with "
+                                         r"`--flink_master` .*; got none\.$"):
+        engines.runner_args("FlinkRunner", ["--runner=FlinkRunner", "--flink_master",
+                                            "jobmanager:8081"])
+    args = engines.runner_args("FlinkRunner", ["--runner=FlinkRunner", "--flink_master",
+                                               "jobmanager:8081", "--environment_type=PROCESS"])
+    assert "--environment_type=LOOPBACK" not in args and "--flink_master=[local]" not in args
