@@ -37,6 +37,8 @@ import tempfile
 import zipfile
 from typing import Dict, List, Sequence, Tuple
 
+from transforms.continual import workers_here
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOME = os.environ.get("DP_ENGINES", os.path.join(ROOT, ".engines"))  # where `fetch` puts them
 BEAM_JAVA = "2.62.0"  # the newest Beam whose Flink and Spark runners Maven Central serves here
@@ -134,6 +136,51 @@ def runner_args(runner: str, beam_args: Sequence[str]) -> List[str]:
              if option.split("=", 1)[0] not in given
              or option.startswith("--job_server_jvm_properties")]
     return list(beam_args) + added
+
+
+def runner_of(beam_args) -> str:
+    """The class name of the runner Beam creates from `beam_args`: its last `--runner` (Beam's
+    options parser keeps the last), named as Beam's `create_runner` resolves it ("flink",
+    "flinkrunner" -> FlinkRunner; a qualified name -> its class name); FnApiRunner if none."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    name = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
+    if not name:
+        return "FnApiRunner"
+    known = {known.lower(): known for known in StandardOptions.KNOWN_RUNNER_NAMES}
+    return known.get(name.lower(), known.get(name.lower() + "runner", name.rsplit(".", 1)[-1]))
+
+
+def local_paths(beam_args) -> bool:
+    """Whether the run's workers read and write this machine's paths (`workers_here`)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+    environment = PipelineOptions(list(beam_args)).view_as(PortableOptions).environment_type
+    return workers_here(runner_of(beam_args), environment)
+
+
+def with_runner(beam_args, runner: str) -> list:
+    """`beam_args` naming `runner` once, as its last `--runner` (what `runner_of` read)."""
+    kept, skip = [], False
+    for arg in beam_args:
+        if skip:
+            skip = False
+        elif arg == "--runner":
+            skip = True
+        elif not arg.startswith("--runner="):
+            kept.append(arg)
+    return kept + [f"--runner={runner}"]
+
+
+def prepared(beam_args: Sequence[str]) -> Tuple[List[str], bool]:
+    """(`beam_args` as a run passes them to Beam: its runner named once, a Flink or Spark
+    run's options from `runner_args`; whether its workers use this machine's paths)."""
+    runner = runner_of(beam_args)
+    args = list(beam_args)
+    if any(arg.startswith("--runner") for arg in args):
+        args = with_runner(args, runner)
+    if runner in ENGINES:
+        args = runner_args(runner, args)
+        quiet_worker_shutdown()
+    return args, local_paths(args)
 
 
 def quiet_worker_shutdown() -> None:

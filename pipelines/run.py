@@ -37,41 +37,8 @@ from pipelines.plan_command import plan_arguments
 from transforms import registry
 from transforms.mechanisms import ConstantNoiseSource
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (Beam's local runners)
-from transforms.continual import workers_here
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
-
-def runner_of(beam_args) -> str:
-    """The class name of the runner Beam creates from `beam_args`: its last `--runner` (Beam's
-    options parser keeps the last), named as Beam's `create_runner` resolves it ("flink",
-    "flinkrunner" -> FlinkRunner; a qualified name -> its class name); FnApiRunner if none."""
-    from apache_beam.options.pipeline_options import StandardOptions
-    name = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    if not name:
-        return "FnApiRunner"
-    known = {known.lower(): known for known in StandardOptions.KNOWN_RUNNER_NAMES}
-    return known.get(name.lower(), known.get(name.lower() + "runner", name.rsplit(".", 1)[-1]))
-
-
-def local_paths(beam_args) -> bool:
-    """Whether the run's workers read and write this machine's paths (`workers_here`)."""
-    from apache_beam.options.pipeline_options import PortableOptions
-    environment = PipelineOptions(list(beam_args)).view_as(PortableOptions).environment_type
-    return workers_here(runner_of(beam_args), environment)
-
-
-def with_runner(beam_args, runner: str) -> list:
-    """`beam_args` naming `runner` once, as its last `--runner` (what `runner_of` read)."""
-    kept, skip = [], False
-    for arg in beam_args:
-        if skip:
-            skip = False
-        elif arg == "--runner":
-            skip = True
-        elif not arg.startswith("--runner="):
-            kept.append(arg)
-    return kept + [f"--runner={runner}"]
-
 
 @contextlib.contextmanager
 def ephemeral_secret():
@@ -169,13 +136,9 @@ def main(argv=None) -> int:
                              "from its last checkpointed step")
     args, beam_args = parser.parse_known_args(argv)
     logs.configure(args.verbose)
-    runner = runner_of(beam_args)
+    runner = engines.runner_of(beam_args)
     try:
-        beam_args = engines.runner_args(runner, with_runner(beam_args, runner) if any(
-            a.startswith("--runner") for a in beam_args) else beam_args)  # Flink, Spark: jars
-        if runner in engines.ENGINES:
-            engines.quiet_worker_shutdown()
-        local = local_paths(beam_args)
+        beam_args, local = engines.prepared(beam_args)  # Flink, Spark: the installed jars
         job = job_config.load(args.config)
         if job.input.unbounded and runner in engines.ENGINES:
             job_config.fail("--runner", "DirectRunner or DataflowRunner for a Pub/Sub input "

@@ -145,12 +145,8 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
     job = job_config.load(config_path)
     io.check_bounded_options(beam_args, job)
-    runner = job_run.runner_of(list(beam_args))
-    beam_args = engines.runner_args(runner, job_run.with_runner(beam_args, runner) if any(
-        a.startswith("--runner") for a in beam_args) else beam_args)  # Flink, Spark: jars
-    if runner in engines.ENGINES:
-        engines.quiet_worker_shutdown()
-    local = job_run.local_paths(beam_args)
+    runner = engines.runner_of(list(beam_args))
+    beam_args, local = engines.prepared(list(beam_args))  # Flink, Spark: the installed jars
     if not local:  # its workers write the checkpoints too
         io.remote_preflight(job, runner, [("--state-dir", state_dir)])
     io.preflight(job, local, runner)

@@ -218,3 +218,33 @@ def test_a_cluster_master_needs_the_environment_of_its_workers_said(monkeypatch,
     args = engines.runner_args("FlinkRunner", ["--runner=FlinkRunner", "--flink_master",
                                                "jobmanager:8081", "--environment_type=PROCESS"])
     assert "--environment_type=LOOPBACK" not in args and "--flink_master=[local]" not in args
+
+
+@pytest.mark.parametrize("args,runner,local", [
+    ([], "FnApiRunner", True),
+    (["--runner=DirectRunner"], "DirectRunner", True),
+    (["--runner", "flink"], "FlinkRunner", False),  # no LOOPBACK given: workers elsewhere
+    (["--runner=FlinkRunner", "--environment_type=LOOPBACK"], "FlinkRunner", True),
+    (["--runner=FlinkRunner", "--environment_type", "beam:env:loopback:v1"], "FlinkRunner",
+     True),
+    (["--runner=FlinkRunner", "--environment_type=PROCESS"], "FlinkRunner", False),
+    (["--runner=SparkRunner", "--environment_type=EXTERNAL"], "SparkRunner", False),
+    (["--runner=sparkrunner", "--environment_type=loopback"], "SparkRunner", False),
+    (["--runner=PrismRunner"], "PrismRunner", True),  # Prism's default: LOOPBACK
+    (["--runner=PrismRunner", "--environment_type=DOCKER"], "PrismRunner", False),
+    # Beam keeps the last --runner: a local-looking first one changes nothing
+    (["--runner", "FlinkRunner", "--environment_type=LOOPBACK", "--runner=DataflowRunner"],
+     "DataflowRunner", False),
+    (["--runner=DirectRunner", "--runner", "apache_beam.runners.dataflow.DataflowRunner"],
+     "DataflowRunner", False),
+])
+def test_local_paths_only_where_the_workers_are_this_process(args, runner, local):
+    """Local paths, local claims and a fresh local secret are accepted only when the SDK
+    workers are this machine's processes (transforms.continual.workers_here)."""
+    assert engines.runner_of(args) == runner
+    assert engines.local_paths(args) is local
+
+
+def test_the_runner_named_last_is_the_one_checked_and_the_only_one_passed_on():
+    assert engines.with_runner(["--runner", "FlinkRunner", "--x=1", "--runner=DataflowRunner"],
+                               "DataflowRunner") == ["--x=1", "--runner=DataflowRunner"]

@@ -491,32 +491,3 @@ def test_a_selecting_runs_summary_is_in_value_units_and_its_maxse_is_the_mechani
     assert public["max_se"] > 0
     assert public["max_se"] == pytest.approx(planned["runs"]["max_se"], rel=1e-12)
 
-
-@pytest.mark.parametrize("args,runner,local", [
-    ([], "FnApiRunner", True),
-    (["--runner=DirectRunner"], "DirectRunner", True),
-    (["--runner", "flink"], "FlinkRunner", False),  # no LOOPBACK given: workers elsewhere
-    (["--runner=FlinkRunner", "--environment_type=LOOPBACK"], "FlinkRunner", True),
-    (["--runner=FlinkRunner", "--environment_type", "beam:env:loopback:v1"], "FlinkRunner",
-     True),
-    (["--runner=FlinkRunner", "--environment_type=PROCESS"], "FlinkRunner", False),
-    (["--runner=SparkRunner", "--environment_type=EXTERNAL"], "SparkRunner", False),
-    (["--runner=sparkrunner", "--environment_type=loopback"], "SparkRunner", False),
-    (["--runner=PrismRunner"], "PrismRunner", True),  # Prism's default: LOOPBACK
-    (["--runner=PrismRunner", "--environment_type=DOCKER"], "PrismRunner", False),
-    # Beam keeps the last --runner: a local-looking first one changes nothing
-    (["--runner", "FlinkRunner", "--environment_type=LOOPBACK", "--runner=DataflowRunner"],
-     "DataflowRunner", False),
-    (["--runner=DirectRunner", "--runner", "apache_beam.runners.dataflow.DataflowRunner"],
-     "DataflowRunner", False),
-])
-def test_local_paths_only_where_the_workers_are_this_process(args, runner, local):
-    """Local paths, local claims and a fresh local secret are accepted only when the SDK
-    workers are this machine's processes (transforms.continual.workers_here)."""
-    assert job_run.runner_of(args) == runner
-    assert job_run.local_paths(args) is local
-
-
-def test_the_runner_named_last_is_the_one_checked_and_the_only_one_passed_on():
-    assert job_run.with_runner(["--runner", "FlinkRunner", "--x=1", "--runner=DataflowRunner"],
-                               "DataflowRunner") == ["--x=1", "--runner=DataflowRunner"]
