@@ -90,7 +90,7 @@ def subscriber_client():
     return pubsub.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
-SKEW = 1.0  # seconds a short pull's mark stays behind its start (clocks; Drained)
+SKEW = 0.2  # seconds a short pull's mark stays behind its start (clocks; Drained)
 SLACK_SECONDS = 10.0  # full pulls for this long: the mark moves to their oldest message
 # the longest a recorded pull waits for a message (Beam's waits 30 s): an idle job's watermark
 # moves at least this often, and a killed job's pull stays open in Pub/Sub at most this long
@@ -124,11 +124,11 @@ class Drained:
     >>> drained.pulled(started=99.0, asked=10, stamps=[])  # a killed job's pull may be open
     -inf
     >>> drained.pulled(started=100.0, asked=10, stamps=[41.0])  # short: up to its start
-    99.0
+    99.8
     >>> drained.pulled(started=105.0, asked=10, stamps=[40.0] * 10)  # full: no news
-    99.0
+    99.8
     >>> drained.pulled(started=111.0, asked=10, stamps=[60.0] * 10)  # full for 10 s: oldest
-    99.0
+    99.8
     >>> drained.pulled(started=112.0, asked=10, stamps=[130.0] * 10)
     130.0
     >>> drained.failed(now=113.0, blind=15.0)  # a pull failed: blind again until 128
