@@ -2,6 +2,7 @@
 
     python3 -m pipelines.engines fetch [flink] [spark]   # Maven Central -> .engines/ (once)
     python3 -m pipelines.engines status                  # what is installed, one line each
+    python3 -m pipelines.engines cluster [--slots 2]     # a standalone Flink cluster here
     python3 -m pipelines.run --config configs/signups.yaml --runner FlinkRunner
 
 Beam's `FlinkRunner` and `SparkRunner` (`runners/portability/flink_runner.py`,
@@ -28,12 +29,15 @@ themselves, as on Dataflow (`io.remote_preflight`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from typing import Dict, List, Sequence, Tuple
 
@@ -63,16 +67,18 @@ class Engine:
     def jar(self) -> str:
         return os.path.join(self.folder, f"{self.name}-job-server.jar")
 
+    @property
+    def master_option(self) -> str:
+        return "--flink_master" if self.name == "flink" else "--spark_master_url"
+
     def options(self) -> List[str]:
-        """The Beam options of a run on this engine, on this machine."""
+        """The Beam options of a run on this engine, on this machine (its job server is
+        `job_server`'s)."""
         if self.name == "flink":
-            found = [f"--flink_job_server_jar={self.jar}", "--flink_master=[local]",
-                     f"--parallelism={PARALLELISM}"]
+            found = ["--flink_master=[local]", f"--parallelism={PARALLELISM}"]
         else:
-            found = [f"--spark_job_server_jar={self.jar}",
-                     f"--spark_master_url=local[{PARALLELISM}]"]
-        return found + ["--environment_type=LOOPBACK"] + [
-            f"--job_server_jvm_properties={flag}" for flag in self.jvm]
+            found = [f"--spark_master_url=local[{PARALLELISM}]"]
+        return found + ["--environment_type=LOOPBACK"]
 
 
 ENGINES: Dict[str, Engine] = {engine.runner: engine for engine in (
@@ -126,16 +132,66 @@ def runner_args(runner: str, beam_args: Sequence[str]) -> List[str]:
                          f"pipelines.engines fetch {engine.name}); got none in "
                          f"{_shown(engine.folder)}.")
     given = {arg.split("=", 1)[0] for arg in beam_args if arg.startswith("--")}
-    master = "--flink_master" if engine.name == "flink" else "--spark_master_url"
+    master = engine.master_option
     if _given(beam_args, master) not in (None, "[local]", "[auto]") and not str(
             _given(beam_args, master)).startswith("local") and "--environment_type" not in given:
         raise ValueError(f"`--environment_type` must be given with `{master}` (LOOPBACK: the "
                          f"SDK workers are this process; PROCESS or EXTERNAL: a cluster's); "
                          f"got none.")
-    added = [option for option in engine.options()
-             if option.split("=", 1)[0] not in given
-             or option.startswith("--job_server_jvm_properties")]
+    added = [option for option in engine.options() if option.split("=", 1)[0] not in given]
     return list(beam_args) + added
+
+
+@contextlib.contextmanager
+def job_server(beam_args: Sequence[str], start_seconds: float = 120.0):
+    """A run's Beam options with the endpoint of a job server started here (a Flink or Spark
+    run: `java -jar` its jar, on free ports, for the run's master), stopped when the block
+    ends; other runs' options unchanged. Beam would start one itself and stop it at the
+    interpreter's exit, which the project's commands skip (`logs.exit_now`): every run left
+    a JVM behind."""
+    import signal
+    import socket
+    engine = ENGINES.get(runner_of(beam_args))
+    if engine is None or _given(beam_args, "--job_endpoint") is not None:
+        yield list(beam_args)
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix=f"dp-{engine.name}-job-server-")
+    master = _given(beam_args, engine.master_option)
+    log = open(os.path.join(folder, "job-server.log"), "w")
+    process = subprocess.Popen(
+        ["java", *engine.jvm, "-jar", engine.jar, "--job-port", str(port), "--artifact-port",
+         "0", "--expansion-port", "0", "--artifacts-dir", os.path.join(folder, "artifacts"),
+         "--" + engine.master_option[2:].replace("_", "-"), master],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    failed = True
+    try:
+        deadline = time.time() + start_seconds
+        while True:
+            try:
+                socket.create_connection(("localhost", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.time() > deadline:
+                    raise ValueError(f"`{engine.name} job server` must start within "
+                                       f"{start_seconds:g} s; got exit {process.poll()} (its "
+                                       f"log: {log.name}).") from None
+                time.sleep(0.2)
+        yield list(beam_args) + [f"--job_endpoint=localhost:{port}"]
+        failed = False
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+        if not failed:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def runner_of(beam_args) -> str:
@@ -260,6 +316,119 @@ def fetch(engine: Engine, mvn: str = "mvn") -> str:
     return engine.jar
 
 
+class FlinkCluster:
+    """A standalone Flink session cluster on this machine: a JobManager and a TaskManager
+    process with `slots` task slots, started from Flink's own entry points in the Flink
+    runner's jars (`fetch flink`; Maven Central does not serve Flink's distribution), on free
+    ports, logs and configuration under `folder`. A context manager: the processes stop at
+    its end. `master` is what `--flink_master` takes.
+
+    >>> with FlinkCluster(slots=2) as cluster:  # doctest: +SKIP
+    ...     run(["--runner=FlinkRunner", f"--flink_master={cluster.master}",
+    ...          "--environment_type=LOOPBACK"])
+    """
+
+    JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
+    TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
+
+    def __init__(self, slots: int = PARALLELISM, folder: str = None, start_seconds=120.0):
+        self.slots, self.start_seconds = slots, start_seconds
+        self.folder = folder or tempfile.mkdtemp(prefix="dp-flink-cluster-")
+        self.processes: List[subprocess.Popen] = []
+        self.rest_port = None
+
+    @property
+    def master(self) -> str:
+        return f"localhost:{self.rest_port}"
+
+    def _config(self) -> str:
+        import socket
+        ports = []
+        for _ in range(2):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                ports.append(probe.getsockname()[1])
+        self.rest_port, rpc = ports
+        conf = os.path.join(self.folder, "conf")
+        os.makedirs(conf, exist_ok=True)
+        with open(os.path.join(conf, "flink-conf.yaml"), "w") as handle:
+            handle.write("\n".join([
+                "jobmanager.rpc.address: localhost", f"jobmanager.rpc.port: {rpc}",
+                "jobmanager.bind-host: localhost", "taskmanager.bind-host: localhost",
+                "taskmanager.host: localhost", "rest.address: localhost",
+                "rest.bind-address: localhost", f"rest.port: {self.rest_port}",
+                f"taskmanager.numberOfTaskSlots: {self.slots}",
+                f"parallelism.default: {self.slots}",
+                "jobmanager.memory.process.size: 1024m",
+                # a batch job's many stages each reserve sort-shuffle buffers (512 by default)
+                "taskmanager.memory.process.size: 2048m",
+                "taskmanager.memory.network.min: 320mb", "taskmanager.memory.network.max: 320mb",
+                "taskmanager.network.sort-shuffle.min-buffers: 64",
+                ""]))
+        return conf
+
+    def _start(self, main: str, conf: str, name: str) -> None:
+        """A Flink process as Flink's scripts start it: its JVM memory flags and dynamic
+        properties computed by Flink's `BashJavaUtils` from the configuration."""
+        libs = os.path.join(BY_NAME["flink"].folder, "libs", "*")
+        kind = "GET_TM_RESOURCE_PARAMS" if name == "taskmanager" else "GET_JM_RESOURCE_PARAMS"
+        found = subprocess.run(["java", "-cp", libs, "org.apache.flink.runtime.util.bash."
+                                "BashJavaUtils", kind, "--configDir", conf],
+                               capture_output=True, text=True, timeout=120)
+        marker = "BASH_JAVA_UTILS_EXEC_RESULT:"
+        results = [line[len(marker):].split() for line in found.stdout.splitlines()
+                   if line.startswith(marker)]
+        if len(results) < 2:
+            raise ValueError(f"`Flink {name} memory` must be computable from {conf}; got "
+                             f"{(found.stderr or found.stdout).strip()[-150:]!r}.")
+        jvm, dynamic = results[-2], results[-1]
+        log = open(os.path.join(self.folder, f"{name}.log"), "w")
+        self.processes.append(subprocess.Popen(
+            ["java", *jvm, "-cp", libs, main, "--configDir", conf, *dynamic],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def overview(self):
+        """The cluster's REST overview (slots, jobs), or None while it does not answer."""
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://{self.master}/overview", timeout=2) as reply:
+                return json.loads(reply.read().decode("utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def __enter__(self) -> "FlinkCluster":
+        if not installed(BY_NAME["flink"]):
+            raise ValueError("`flink` must be installed for a cluster (python3 -m "
+                             "pipelines.engines fetch flink); got none.")
+        conf = self._config()
+        self._start(self.JOB_MANAGER, conf, "jobmanager")
+        self._start(self.TASK_MANAGER, conf, "taskmanager")
+        deadline = time.time() + self.start_seconds
+        while time.time() < deadline:
+            overview = self.overview()
+            if overview and overview.get("slots-total", 0) >= self.slots:
+                return self
+            if any(process.poll() is not None for process in self.processes):
+                break
+            time.sleep(0.5)
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"`Flink cluster` must start within {self.start_seconds:g} s; got "
+                           f"no {self.slots} slots (logs in {self.folder}).")
+
+    def __exit__(self, *exc) -> None:
+        import signal
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes = []
+
+
 def status_lines() -> List[str]:
     java = shutil.which("java")
     lines = [f"java: {java or 'missing (the job servers need Java 17)'}"]
@@ -279,7 +448,23 @@ def main(argv=None) -> int:
     get.add_argument("names", nargs="*", metavar="|".join(sorted(BY_NAME)),
                      help="default: all")
     sub.add_parser("status", help="what is installed")
+    cluster = sub.add_parser("cluster", help="a standalone Flink cluster on this machine, "
+                                             "until Ctrl-C")
+    cluster.add_argument("--slots", type=int, default=PARALLELISM)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        try:
+            with FlinkCluster(slots=args.slots) as running:
+                print(f"Flink cluster: --flink_master={running.master} ({args.slots} slots; "
+                      f"logs in {running.folder}); Ctrl-C stops it", flush=True)
+                while all(process.poll() is None for process in running.processes):
+                    time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        except (ValueError, RuntimeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "status":
         print("\n".join(status_lines()))
         return 0

@@ -166,7 +166,8 @@ def main(argv=None) -> int:
     try:
         if job.input.unbounded:
             return run_stream(job, args, beam_args, runner in LOCAL_RUNNERS)
-        return run_release(job, args, beam_args)
+        with engines.job_server(beam_args) as beam_args:  # Flink, Spark: until the summary
+            return run_release(job, args, beam_args)
     except ValueError as error:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 2

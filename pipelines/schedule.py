@@ -214,37 +214,38 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
         "config": fingerprint(job), "runs": (ledger or {}).get("runs", []) + [{
             "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "steps": [released, complete]}]}  # fixed here: every commit attempt writes these bytes
-    beam_args = list(beam_args)
-    options = PipelineOptions(beam_args if any(a.startswith("--runner") for a in beam_args)
-                              else ["--runner=FnApiRunner", *beam_args])
-    pipeline = beam.Pipeline(options=options)
-    writes, passed = build(pipeline, job, transform, released, complete, previous, folder,
-                           listed, state_dir)
-    after_writes(pipeline, writes, CommitCheckpoint(job, state_dir, folder, released, complete,
-                                                    secret, ledger_of_run, publish),
-                 "CommitCheckpoint", execution=passed)
-    try:
-        result = pipeline.run()
-        if staged_only(beam_args):
-            return {"released_before": released, "released_after": released, "new_steps": 0,
-                    "staged": [released, complete], "release_id": transform.release_id,
-                    "records": stored, "published": published_folder(job, transform.release_id),
-                    "spent": "nothing yet (the job is staged; it commits steps "
-                             f"{released} -> {complete} as its last stage when it runs)"}
-        result.wait_until_finish()
-    except Exception:
-        if committed_by_another(state_dir, released, folder):
-            raise ConcurrentRun(f"another run already committed steps from {released} in the "
-                                f"state directory {state_dir}; this run published nothing")
-        raise
-    return summarised(config_path, job, transform, {
-        "released_before": released, "released_after": complete,
-        "new_steps": complete - released, "release_id": transform.release_id,
-        "records": stored + [join(folder, "records-*.jsonl")],
-        "published": published_folder(job, transform.release_id),
-        "spent": "the release's budget (once for all T steps)" if released == 0 else
-                 "nothing new (the budget covers all T steps of this release)"},
-        result, folder)
+    # a Flink or Spark run: its job server until the summary read its metrics
+    with engines.job_server(list(beam_args)) as beam_args:
+        options = PipelineOptions(beam_args if any(a.startswith("--runner") for a in beam_args)
+                                  else ["--runner=FnApiRunner", *beam_args])
+        pipeline = beam.Pipeline(options=options)
+        writes, passed = build(pipeline, job, transform, released, complete, previous, folder,
+                               listed, state_dir)
+        after_writes(pipeline, writes, CommitCheckpoint(job, state_dir, folder, released, complete,
+                                                        secret, ledger_of_run, publish),
+                     "CommitCheckpoint", execution=passed)
+        try:
+            result = pipeline.run()
+            if staged_only(beam_args):
+                return {"released_before": released, "released_after": released, "new_steps": 0,
+                        "staged": [released, complete], "release_id": transform.release_id,
+                        "records": stored, "published": published_folder(job, transform.release_id),
+                        "spent": "nothing yet (the job is staged; it commits steps "
+                                 f"{released} -> {complete} as its last stage when it runs)"}
+            result.wait_until_finish()
+        except Exception:
+            if committed_by_another(state_dir, released, folder):
+                raise ConcurrentRun(f"another run already committed steps from {released} in the "
+                                    f"state directory {state_dir}; this run published nothing")
+            raise
+        return summarised(config_path, job, transform, {
+            "released_before": released, "released_after": complete,
+            "new_steps": complete - released, "release_id": transform.release_id,
+            "records": stored + [join(folder, "records-*.jsonl")],
+            "published": published_folder(job, transform.release_id),
+            "spent": "the release's budget (once for all T steps)" if released == 0 else
+                     "nothing new (the budget covers all T steps of this release)"},
+            result, folder)
 
 
 def summarised(config_path: str, job, transform, summary: dict, result=None,

@@ -43,15 +43,14 @@ def test_the_manifest_names_the_main_class_and_every_jar_in_lines_of_72_bytes(tm
     assert class_path[0][len("Class-Path: "):].split(" ") == ["file:" + jar for jar in jars]
 
 
-def test_a_run_on_an_engine_gets_its_jar_an_embedded_engine_and_loopback(monkeypatch, tmp_path):
+def test_a_run_on_an_engine_gets_an_embedded_engine_and_loopback(monkeypatch, tmp_path):
     monkeypatch.setattr(engines, "HOME", str(tmp_path))
     flink = engines.ENGINES["FlinkRunner"]
     os.makedirs(flink.folder)
     with zipfile.ZipFile(flink.jar, "w") as jar:
         jar.writestr("META-INF/MANIFEST.MF", engines.manifest(flink.main, []))
     args = engines.runner_args("FlinkRunner", ["--runner=FlinkRunner", "--parallelism=4"])
-    assert args == ["--runner=FlinkRunner", "--parallelism=4",
-                    f"--flink_job_server_jar={flink.jar}", "--flink_master=[local]",
+    assert args == ["--runner=FlinkRunner", "--parallelism=4", "--flink_master=[local]",
                     "--environment_type=LOOPBACK"]  # the caller's parallelism kept
     assert engines.runner_args("DirectRunner", ["--runner=DirectRunner"]) == [
         "--runner=DirectRunner"]
@@ -248,3 +247,46 @@ def test_local_paths_only_where_the_workers_are_this_process(args, runner, local
 def test_the_runner_named_last_is_the_one_checked_and_the_only_one_passed_on():
     assert engines.with_runner(["--runner", "FlinkRunner", "--x=1", "--runner=DataflowRunner"],
                                "DataflowRunner") == ["--x=1", "--runner=DataflowRunner"]
+
+
+@pytest.mark.slow  # a cluster's two JVMs, then the job: about 45 s
+@needs("FlinkRunner")
+def test_a_job_on_a_standalone_flink_cluster_equals_the_local_runner(tmp_path):
+    """A JobManager and a TaskManager process with 2 slots (`FlinkCluster`): the job is
+    submitted to them, parallelism 2, the SDK workers this process (LOOPBACK)."""
+    with engines.FlinkCluster(slots=2, folder=str(tmp_path / "cluster")) as cluster:
+        local = _run(_config(tmp_path, "mean_seconds.yaml", "local"))
+        remote = _run(_config(tmp_path, "mean_seconds.yaml", "flink"), "--runner",
+                      "FlinkRunner", f"--flink_master={cluster.master}",
+                      "--environment_type=LOOPBACK")
+        jobs = cluster.overview()
+    assert jobs["jobs-finished"] == 1 and jobs["slots-total"] == 2
+    here, there = _published(tmp_path / "local"), _published(tmp_path / "flink")
+    assert here["records"] and there == here
+    assert json.loads(remote.stdout)["operator_not_private"] == json.loads(
+        local.stdout)["operator_not_private"]
+
+
+@needs("FlinkRunner")
+def test_a_run_leaves_no_job_server_behind(tmp_path):
+    """The job server is started and stopped by the run (`engines.job_server`); Beam's own
+    stops only at the interpreter's exit, which the commands skip."""
+    def job_servers():
+        found = set()
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    words = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"-jar" in words and any(str(tmp_path).encode() in w for w in words):
+                found.add(pid)
+        return found
+    before = job_servers()
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # the job server's folder: under tmp_path
+    done = subprocess.run([sys.executable, "-m", "pipelines.run", "--config",
+                           _config(tmp_path, "signups.yaml", "flink"), "--runner",
+                           "FlinkRunner"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert job_servers() - before == set()
