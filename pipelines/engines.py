@@ -321,11 +321,11 @@ class FlinkCluster:
     process with `slots` task slots, started from Flink's own entry points in the Flink
     runner's jars (`fetch flink`; Maven Central does not serve Flink's distribution), on free
     ports, logs and configuration under `folder`. A context manager: the processes stop at
-    its end. `master` is what `--flink_master` takes.
+    its end. `master` is what `--flink_master` takes, e.g.
 
-    >>> with FlinkCluster(slots=2) as cluster:  # doctest: +SKIP
-    ...     run(["--runner=FlinkRunner", f"--flink_master={cluster.master}",
-    ...          "--environment_type=LOOPBACK"])
+        with FlinkCluster(slots=2) as cluster:
+            run(["--runner=FlinkRunner", f"--flink_master={cluster.master}",
+                 "--environment_type=LOOPBACK"])
     """
 
     JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
