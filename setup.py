@@ -23,7 +23,9 @@ setuptools.setup(
         "test": ["pytest>=7", "pytest-xdist>=3", "scipy>=1.10", "dp-accounting>=0.4", "wheel",
                  "matplotlib>=3.5", "hypothesis>=6.100",
                  # the live streaming test reads from the local Pub/Sub emulator
-                 "google-cloud-pubsub>=2.18,<3"],
+                 "google-cloud-pubsub>=2.18,<3",
+                 # the Kafka tests produce their events with it (pipelines.kafka_local)
+                 "confluent-kafka>=2.3,<3"],
         "report": ["matplotlib>=3.5"],
         # streaming jobs from Pub/Sub (pipelines.stream, the local emulator's demo)
         "pubsub": ["google-cloud-pubsub>=2.18,<3"],

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from transforms.continual import workers_here
 
@@ -54,10 +54,11 @@ class Engine:
     """A job server to fetch: its Maven artifacts (group:artifact:version), main class, the
     JVM flags it needs on Java 17, and the Beam options that select it."""
     name: str
-    runner: str
+    runner: Optional[str]  # None: a tool the engines use (Kafka, its expansion service)
     artifacts: Tuple[str, ...]
     main: str
     jvm: Tuple[str, ...] = ()
+    exclude: Tuple[str, ...] = ()  # group ids left out of every artifact's dependencies
 
     @property
     def folder(self) -> str:
@@ -81,11 +82,16 @@ class Engine:
         return found + ["--environment_type=LOOPBACK"]
 
 
+# Beam's Kafka read (cross-language): its Java part runs inside the Flink job server (the
+# EMBEDDED environment), so the job server's class path has it too; Confluent's schema
+# registry (not served by Maven Central) is left out
+KAFKA_IO = (f"org.apache.beam:beam-sdks-java-io-kafka:{BEAM_JAVA}",
+            "org.apache.kafka:kafka-clients:3.9.1", "com.github.jbellis:jamm:0.4.0")
 ENGINES: Dict[str, Engine] = {engine.runner: engine for engine in (
     Engine("flink", "FlinkRunner",
-           (f"org.apache.beam:beam-runners-flink-1.19:{BEAM_JAVA}",
+           (f"org.apache.beam:beam-runners-flink-1.19:{BEAM_JAVA}", *KAFKA_IO,
             "org.slf4j:slf4j-simple:1.7.30"),  # the job server's log, on stderr
-           "org.apache.beam.runners.flink.FlinkJobServerDriver"),
+           "org.apache.beam.runners.flink.FlinkJobServerDriver", exclude=("io.confluent",)),
     Engine("spark", "SparkRunner",
            (f"org.apache.beam:beam-runners-spark-3:{BEAM_JAVA}",
             "org.apache.spark:spark-core_2.12:3.5.0", "org.apache.spark:spark-streaming_2.12:3.5.0",
@@ -95,7 +101,20 @@ ENGINES: Dict[str, Engine] = {engine.runner: engine for engine in (
            tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
                "java.lang", "java.lang.invoke", "java.nio", "java.util", "sun.nio.ch"))),
 )}
-BY_NAME = {engine.name: engine for engine in ENGINES.values()}
+TOOLS = (
+    # a Kafka broker (KRaft: no ZooKeeper) for the tests and the local Kafka jobs
+    Engine("kafka", None, ("org.apache.kafka:kafka_2.13:4.4.0",
+                           "org.apache.kafka:kafka-tools:4.4.0",
+                           "org.apache.logging.log4j:log4j-slf4j-impl:2.25.5"), "kafka.Kafka"),
+    # Beam's expansion service for the Kafka read, at the job servers' Beam version
+    Engine("kafka-expansion", None, (*KAFKA_IO[:2],
+                                     f"org.apache.beam:beam-sdks-java-expansion-service:"
+                                     f"{BEAM_JAVA}",
+                                     f"org.apache.beam:beam-sdks-java-harness:{BEAM_JAVA}",
+                                     "org.slf4j:slf4j-simple:1.7.30"),
+           "org.apache.beam.sdk.expansion.service.ExpansionService", exclude=("io.confluent",)),
+)
+BY_NAME = {engine.name: engine for engine in (*ENGINES.values(), *TOOLS)}
 
 
 def _given(beam_args: Sequence[str], option: str):
@@ -275,10 +294,14 @@ def manifest(main: str, jars: Sequence[str]) -> bytes:
             + wrapped(f"Class-Path: {urls}") + b"\r\n")
 
 
-def pom(artifacts: Sequence[str]) -> str:
+def pom(artifacts: Sequence[str], exclude: Sequence[str] = ()) -> str:
+    excluded = "".join(f"<exclusion><groupId>{group}</groupId><artifactId>*</artifactId>"
+                       f"</exclusion>" for group in exclude)
+    excluded = f"<exclusions>{excluded}</exclusions>" if excluded else ""
     deps = "".join(
         f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}"
-        f"</version></dependency>" for g, a, v in (item.split(":") for item in artifacts))
+        f"</version>{excluded}</dependency>" for g, a, v in (item.split(":")
+                                                            for item in artifacts))
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0'
             '</modelVersion><groupId>local</groupId><artifactId>engine</artifactId>'
             '<version>1</version><packaging>pom</packaging>'
@@ -294,7 +317,7 @@ def fetch(engine: Engine, mvn: str = "mvn") -> str:
     libs = os.path.join(engine.folder, "libs")
     with tempfile.TemporaryDirectory(prefix="dp-engine-") as work:
         with open(os.path.join(work, "pom.xml"), "w") as handle:
-            handle.write(pom(engine.artifacts))
+            handle.write(pom(engine.artifacts, engine.exclude))
         staged = os.path.join(work, "libs")
         done = subprocess.run([mvn, "-q", "-B", "dependency:copy-dependencies",
                                f"-DoutputDirectory={staged}"], cwd=work,
@@ -432,9 +455,10 @@ class FlinkCluster:
 def status_lines() -> List[str]:
     java = shutil.which("java")
     lines = [f"java: {java or 'missing (the job servers need Java 17)'}"]
-    for engine in ENGINES.values():
+    for engine in BY_NAME.values():
         lines.append(f"{engine.name}: " + (
-            f"installed ({_shown(engine.jar)}; --runner {engine.runner})"
+            f"installed ({_shown(engine.jar)}" + (
+                f"; --runner {engine.runner})" if engine.runner else ")")
             if installed(engine) else
             f"missing (python3 -m pipelines.engines fetch {engine.name})"))
     return lines
