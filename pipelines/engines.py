@@ -117,6 +117,45 @@ TOOLS = (
 BY_NAME = {engine.name: engine for engine in (*ENGINES.values(), *TOOLS)}
 
 
+def free_port() -> int:
+    """A free TCP port of localhost (for a server started next)."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, seconds: float, what: str,
+                  log: str) -> None:
+    """Returns once `process` accepts connections on `port`; a one-line error if it exits or
+    `seconds` pass first (naming its `log`)."""
+    import socket
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("localhost", port), timeout=1).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.time() > deadline:
+                raise ValueError(f"`{what}` must start within {seconds:g} s; got exit "
+                                 f"{process.poll()} (its log: {log}).") from None
+            time.sleep(0.2)
+
+
+def stop(processes: Sequence[subprocess.Popen]) -> None:
+    """Each process's group asked to end (SIGTERM), killed after 20 s."""
+    import signal
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def _given(beam_args: Sequence[str], option: str):
     """The last value given for `option` (`--x=v` or `--x v`), else None."""
     found = None
@@ -168,15 +207,11 @@ def job_server(beam_args: Sequence[str], start_seconds: float = 120.0):
     ends; other runs' options unchanged. Beam would start one itself and stop it at the
     interpreter's exit, which the project's commands skip (`logs.exit_now`): every run left
     a JVM behind."""
-    import signal
-    import socket
     engine = ENGINES.get(runner_of(beam_args))
     if engine is None or _given(beam_args, "--job_endpoint") is not None:
         yield list(beam_args)
         return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     folder = tempfile.mkdtemp(prefix=f"dp-{engine.name}-job-server-")
     master = _given(beam_args, engine.master_option)
     log = open(os.path.join(folder, "job-server.log"), "w")
@@ -187,27 +222,11 @@ def job_server(beam_args: Sequence[str], start_seconds: float = 120.0):
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     failed = True
     try:
-        deadline = time.time() + start_seconds
-        while True:
-            try:
-                socket.create_connection(("localhost", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.time() > deadline:
-                    raise ValueError(f"`{engine.name} job server` must start within "
-                                       f"{start_seconds:g} s; got exit {process.poll()} (its "
-                                       f"log: {log.name}).") from None
-                time.sleep(0.2)
+        wait_for_port(port, process, start_seconds, f"{engine.name} job server", log.name)
         yield list(beam_args) + [f"--job_endpoint=localhost:{port}"]
         failed = False
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop([process])
         log.close()
         if not failed:
             shutil.rmtree(folder, ignore_errors=True)
@@ -365,13 +384,7 @@ class FlinkCluster:
         return f"localhost:{self.rest_port}"
 
     def _config(self) -> str:
-        import socket
-        ports = []
-        for _ in range(2):
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                ports.append(probe.getsockname()[1])
-        self.rest_port, rpc = ports
+        self.rest_port, rpc = free_port(), free_port()
         conf = os.path.join(self.folder, "conf")
         os.makedirs(conf, exist_ok=True)
         with open(os.path.join(conf, "flink-conf.yaml"), "w") as handle:
@@ -439,16 +452,7 @@ class FlinkCluster:
                            f"no {self.slots} slots (logs in {self.folder}).")
 
     def __exit__(self, *exc) -> None:
-        import signal
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop(self.processes)
         self.processes = []
 
 

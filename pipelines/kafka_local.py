@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 import typing
 import uuid
 from typing import List, Optional
@@ -30,39 +28,6 @@ from typing import List, Optional
 from pipelines import engines
 
 BYTES = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, seconds: float, what: str,
-                   log: str) -> None:
-    deadline = time.time() + seconds
-    while True:
-        try:
-            socket.create_connection(("localhost", port), timeout=1).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.time() > deadline:
-                raise ValueError(f"`{what}` must start within {seconds:g} s; got exit "
-                                 f"{process.poll()} (its log: {log}).") from None
-            time.sleep(0.2)
-
-
-def _stop(processes: List[subprocess.Popen]) -> None:
-    import signal
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _libs(name: str) -> str:
@@ -94,7 +59,7 @@ class KafkaBroker:
     def __enter__(self) -> "KafkaBroker":
         libs = _libs("kafka")
         os.makedirs(self.folder, exist_ok=True)
-        self.port, self.controller = _free_port(), _free_port()
+        self.port, self.controller = engines.free_port(), engines.free_port()
         config = os.path.join(self.folder, "server.properties")
         with open(config, "w") as handle:
             handle.write("\n".join([
@@ -119,7 +84,7 @@ class KafkaBroker:
             ["java", "-Xmx512m", "-cp", libs, "kafka.Kafka", config],
             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
         try:
-            _wait_for_port(self.port, self.processes[-1], self.start_seconds, "Kafka broker",
+            engines.wait_for_port(self.port, self.processes[-1], self.start_seconds, "Kafka broker",
                            log)
         except ValueError:
             self.__exit__(None, None, None)
@@ -135,7 +100,7 @@ class KafkaBroker:
             raise ValueError(f"`topic` must be created; got {done.stderr.strip()[-150:]!r}.")
 
     def __exit__(self, *exc) -> None:
-        _stop(self.processes)
+        engines.stop(self.processes)
         self.processes = []
 
 
@@ -153,7 +118,7 @@ class ExpansionService:
 
     def __enter__(self) -> "ExpansionService":
         libs = _libs("kafka-expansion")
-        self.port = _free_port()
+        self.port = engines.free_port()
         self.folder = tempfile.mkdtemp(prefix="dp-kafka-expansion-")
         log = os.path.join(self.folder, "expansion.log")
         self.process = subprocess.Popen(
@@ -162,7 +127,7 @@ class ExpansionService:
              "--defaultEnvironmentType=EMBEDDED", "--experiments=use_deprecated_read"],
             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            _wait_for_port(self.port, self.process, self.start_seconds,
+            engines.wait_for_port(self.port, self.process, self.start_seconds,
                            "Kafka expansion service", log)
         except ValueError:
             self.__exit__(None, None, None)
@@ -170,7 +135,7 @@ class ExpansionService:
         return self
 
     def __exit__(self, *exc) -> None:
-        _stop([self.process])
+        engines.stop([self.process])
         if exc == (None, None, None) or not exc or exc[0] is None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
