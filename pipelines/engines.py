@@ -279,9 +279,9 @@ def prepared(beam_args: Sequence[str]) -> Tuple[List[str], bool]:
 
 def quiet_worker_shutdown() -> None:
     """Drops the tracebacks of Beam's LOOPBACK worker threads when the job server hangs up
-    their data channel at the end of a job (gRPC CANCELLED: "Multiplexer hanging up", eight
-    per Spark run); every other thread exception is printed as before. A failed job fails
-    through its result's state, not through these threads."""
+    their data and state channels at the end of a job (gRPC CANCELLED: "Multiplexer hanging
+    up", eight per Spark run); every other thread exception is printed as before. A failed
+    job fails through its result's state, not through these threads."""
     import threading
     previous = threading.excepthook
 
@@ -291,7 +291,7 @@ def quiet_worker_shutdown() -> None:
         cancelled = callable(code) and getattr(code(), "name", None) == "CANCELLED"
         if not cancelled and error is not None and "Multiplexer hanging up" in str(error):
             cancelled = True
-        if cancelled and name.startswith(("read_grpc_client_inputs", "run_worker_")):
+        if cancelled and name.startswith(("read_grpc_client_inputs", "read_state", "run_worker_")):
             return
         previous(args)
     threading.excepthook = hook

@@ -88,10 +88,10 @@ def _config(tmp_path, name: str, where: str, secret=None) -> str:
     return str(path)
 
 
-def _run(config: str, *args) -> subprocess.CompletedProcess:
+def _run(config: str, *args, env=None) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "pipelines.run", "--config", config,
                            "--json", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     return done
 
@@ -186,13 +186,31 @@ def _layout(folder) -> list:
     return sorted(set(found))
 
 
+def _job_servers(tmp_path) -> set:
+    """The processes running `java -jar` with `tmp_path` on their command line."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if b"-jar" in words and any(str(tmp_path).encode() in word for word in words):
+            found.add(pid)
+    return found
+
+
 @needs("FlinkRunner")
 def test_a_private_run_on_flink_claims_and_commits_as_a_local_run(tmp_path):
     """No seed: each run draws a fresh secret, claims its release once beside the output and
-    commits its set; on Flink the files are those of a local run, and the records private."""
+    commits its set; on Flink the files are those of a local run, and the records private.
+    The run leaves no job server behind (`engines.job_server`: Beam's own stops only at the
+    interpreter's exit, which the commands skip)."""
     local = _run(_config(tmp_path, "signups.yaml", "local", secret={}))
+    before = _job_servers(tmp_path)
     flink = _run(_config(tmp_path, "signups.yaml", "flink", secret={}), "--runner",
-                 "FlinkRunner")
+                 "FlinkRunner", env=dict(os.environ, TMPDIR=str(tmp_path)))  # its folder here
+    assert _job_servers(tmp_path) - before == set()
     assert _layout(tmp_path / "flink") == _layout(tmp_path / "local")
     ids = [json.loads(done.stdout)["public"]["release_id"] for done in (local, flink)]
     assert ids[0] != ids[1]
@@ -265,28 +283,3 @@ def test_a_job_on_a_standalone_flink_cluster_equals_the_local_runner(tmp_path):
     assert here["records"] and there == here
     assert json.loads(remote.stdout)["operator_not_private"] == json.loads(
         local.stdout)["operator_not_private"]
-
-
-@needs("FlinkRunner")
-def test_a_run_leaves_no_job_server_behind(tmp_path):
-    """The job server is started and stopped by the run (`engines.job_server`); Beam's own
-    stops only at the interpreter's exit, which the commands skip."""
-    def job_servers():
-        found = set()
-        for pid in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    words = handle.read().split(b"\0")
-            except OSError:
-                continue
-            if b"-jar" in words and any(str(tmp_path).encode() in w for w in words):
-                found.add(pid)
-        return found
-    before = job_servers()
-    env = dict(os.environ, TMPDIR=str(tmp_path))  # the job server's folder: under tmp_path
-    done = subprocess.run([sys.executable, "-m", "pipelines.run", "--config",
-                           _config(tmp_path, "signups.yaml", "flink"), "--runner",
-                           "FlinkRunner"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert job_servers() - before == set()
