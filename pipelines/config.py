@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
@@ -85,12 +86,19 @@ def resolve_path(path: str) -> str:
     return path
 
 
+UNBOUNDED_KINDS = ("pubsub", "kafka")
+PUBSUB_SETTINGS = ("subscription", "timestamp_attribute", "id_attribute")
+KAFKA_SETTINGS = ("bootstrap_servers", "topic")
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """Where the events come from and how a record is read. `kind: files` (bounded: `path`,
-    one batch release) or `pubsub` (unbounded: `subscription`, one JSON record per message;
+    one batch release), `pubsub` (unbounded: `subscription`, one JSON record per message;
     `timestamp_attribute`, optional, must agree with the record's time; `id_attribute`
-    deduplicates on Dataflow). `max_dead_letter_fraction` (files: `pipelines.gate`): a run
+    deduplicates on Dataflow) or `kafka` (unbounded, on Flink: `bootstrap_servers` and `topic`,
+    one JSON record per Kafka record value; the record's Kafka timestamp plays Pub/Sub's
+    publish time). `max_dead_letter_fraction` (files: `pipelines.gate`): a run
     whose input records are more than this fraction dead letters publishes nothing."""
     path: str
     format: str
@@ -102,10 +110,18 @@ class InputSpec:
     timestamp_attribute: Optional[str] = None
     id_attribute: Optional[str] = None
     max_dead_letter_fraction: float = 0.5
+    bootstrap_servers: Optional[str] = None
+    topic: Optional[str] = None
 
     @property
     def unbounded(self) -> bool:
-        return self.kind == "pubsub"
+        return self.kind in UNBOUNDED_KINDS
+
+    @property
+    def source_name(self) -> str:
+        """Where an unbounded input's events come from, for messages."""
+        return self.subscription if self.kind == "pubsub" else \
+            f"kafka://{self.bootstrap_servers}/{self.topic}"
 
     def type_of(self, role: str) -> str:
         """The declared type, else: timestamp, float for numeric roles, str for `op`, else id."""
@@ -305,32 +321,36 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     source = _section(raw["input"], "input", ("kind", "path", "format", "fields", "types",
                                               "timestamp_format", "subscription",
                                               "timestamp_attribute", "id_attribute",
-                                              "max_dead_letter_fraction"),
+                                              "max_dead_letter_fraction", *KAFKA_SETTINGS),
                       ("fields",))
     source_kind = source.get("kind", "files")
-    if source_kind not in ("files", "pubsub"):
-        fail("input.kind", "one of 'files', 'pubsub'", source_kind)
-    stream = _pubsub_input(source) if source_kind == "pubsub" else {}
-    if source_kind == "files":
-        for name in ("subscription", "timestamp_attribute", "id_attribute"):
-            if name in source:
-                fail(f"input.{name}", "absent for input.kind 'files' (a Pub/Sub setting)",
+    if source_kind not in ("files", *UNBOUNDED_KINDS):
+        fail("input.kind", "one of 'files', 'pubsub', 'kafka'", source_kind)
+    unbounded = source_kind in UNBOUNDED_KINDS
+    for kind, names, what in (("pubsub", PUBSUB_SETTINGS, "a Pub/Sub setting"),
+                              ("kafka", KAFKA_SETTINGS, "a Kafka setting")):
+        for name in names:
+            if name in source and source_kind != kind:
+                fail(f"input.{name}", f"absent for input.kind {source_kind!r} ({what})",
                      source[name])
+    stream = _pubsub_input(source) if source_kind == "pubsub" else \
+        _kafka_input(source) if source_kind == "kafka" else {}
+    if source_kind == "files":
         if not isinstance(source.get("path"), str) or not source["path"]:
             fail("input.path", "a non-empty path (or demo:<file>)", source.get("path"))
         stream["max_dead_letter_fraction"] = _fraction(source)
     elif "max_dead_letter_fraction" in source:
-        fail("input.max_dead_letter_fraction", "absent for input.kind 'pubsub' (a streaming "
-                                               "job publishes step by step)",
+        fail("input.max_dead_letter_fraction", f"absent for input.kind {source_kind!r} (a "
+                                               f"streaming job publishes step by step)",
              source["max_dead_letter_fraction"])
-    default_format = "jsonl" if source_kind == "pubsub" else \
+    default_format = "jsonl" if unbounded else \
         os.path.splitext(source["path"])[1].lstrip(".")
     fmt = source.get("format", default_format)
     if fmt not in FORMATS:
         fail("input.format", "one of " + ", ".join(repr(f) for f in FORMATS), fmt)
-    if source_kind == "pubsub" and fmt != "jsonl":
-        fail("input.format", "'jsonl' for input.kind 'pubsub' (one JSON object per message)",
-             fmt)
+    if unbounded and fmt != "jsonl":
+        fail("input.format", f"'jsonl' for input.kind {source_kind!r} (one JSON object per "
+                             f"message)", fmt)
     fields = _section(source["fields"], "input.fields", registry.SPECS[transform].roles,
                       registry.SPECS[transform].roles)
     for role, column in fields.items():
@@ -363,7 +383,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
              steps["size_seconds"])
     timing = {}
     for name in ("release_delay_steps", "allowed_lateness_seconds"):
-        if name in steps and source_kind != "pubsub":
+        if name in steps and not unbounded:
             fail(f"steps.{name}", "absent for input.kind 'files' (a streaming setting)",
                  steps[name])
     if "release_delay_steps" in steps:
@@ -454,9 +474,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if not registry.can(transform, registry.SELECT_KEYS):
             fail("public_keys", f"given for {transform} (keys are selected privately only by "
                                 f"{', '.join(registry.able(registry.SELECT_KEYS))})", None)
-        if source_kind == "pubsub":
-            fail("public_keys", "given for input.kind 'pubsub' (a streaming job publishes "
-                                "each step once every public key's record is in; selecting "
+        if unbounded:
+            fail("public_keys", f"given for input.kind {source_kind!r} (a streaming job "
+                                "publishes each step once every public key's record is in; selecting "
                                 "keys privately runs in batch and scheduled jobs, and in "
                                 "ContinualCount(...) on unbounded input without a checkpoint)",
                  None)
@@ -563,6 +583,22 @@ def _pubsub_input(source) -> dict:
             fail(f"input.{name}", "a message attribute name", attribute)
         settings[name] = attribute
     return settings
+
+
+def _kafka_input(source) -> dict:
+    """The Kafka settings of an unbounded input, checked (the broker is reached when the job
+    starts)."""
+    if "path" in source:
+        fail("input.path", "absent for input.kind 'kafka' (its events come from `topic`)",
+             source["path"])
+    servers, topic = source.get("bootstrap_servers"), source.get("topic")
+    if not isinstance(servers, str) or not all(
+            re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", s) for s in servers.split(",")):
+        fail("input.bootstrap_servers", "host:port[,host:port...]", servers)
+    if not isinstance(topic, str) or not re.fullmatch(r"[A-Za-z0-9._\-]{1,249}", topic):
+        fail("input.topic", "a Kafka topic name (1 to 249 letters, digits, '.', '_', '-')",
+             topic)
+    return {"bootstrap_servers": servers, "topic": topic}
 
 
 def _public_keys(raw, base_dir):

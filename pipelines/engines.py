@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,19 +88,23 @@ class Engine:
 # registry (not served by Maven Central) is left out
 KAFKA_IO = (f"org.apache.beam:beam-sdks-java-io-kafka:{BEAM_JAVA}",
             "org.apache.kafka:kafka-clients:3.9.1", "com.github.jbellis:jamm:0.4.0")
+# JDK internals that Java 17 closes by default and the engines read: Spark 3.5, and Flink's
+# Kryo when a streaming job checkpoints or restores state (Flink's own scripts open them too)
+JAVA17_OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+    "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
+    "java.text", "java.time", "java.util", "java.util.concurrent",
+    "java.util.concurrent.atomic", "java.util.concurrent.locks", "sun.nio.ch"))
 ENGINES: Dict[str, Engine] = {engine.runner: engine for engine in (
     Engine("flink", "FlinkRunner",
            (f"org.apache.beam:beam-runners-flink-1.19:{BEAM_JAVA}", *KAFKA_IO,
             "org.slf4j:slf4j-simple:1.7.30"),  # the job server's log, on stderr
-           "org.apache.beam.runners.flink.FlinkJobServerDriver", exclude=("io.confluent",)),
+           "org.apache.beam.runners.flink.FlinkJobServerDriver", JAVA17_OPENS,
+           exclude=("io.confluent",)),
     Engine("spark", "SparkRunner",
            (f"org.apache.beam:beam-runners-spark-3:{BEAM_JAVA}",
             "org.apache.spark:spark-core_2.12:3.5.0", "org.apache.spark:spark-streaming_2.12:3.5.0",
             "org.apache.spark:spark-sql_2.12:3.5.0", "org.slf4j:slf4j-api:2.0.7"),
-           "org.apache.beam.runners.spark.SparkJobServerDriver",
-           # Spark 3.5 reads JDK internals that Java 17 closes by default
-           tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
-               "java.lang", "java.lang.invoke", "java.nio", "java.util", "sun.nio.ch"))),
+           "org.apache.beam.runners.spark.SparkJobServerDriver", JAVA17_OPENS),
 )}
 TOOLS = (
     # a Kafka broker (KRaft: no ZooKeeper) for the tests and the local Kafka jobs
@@ -400,6 +405,12 @@ class FlinkCluster:
                 "taskmanager.memory.process.size: 2048m",
                 "taskmanager.memory.network.min: 320mb", "taskmanager.memory.network.max: 320mb",
                 "taskmanager.network.sort-shuffle.min-buffers: 64",
+                # a lost TaskManager is noticed in seconds (50 s by default), and a streaming
+                # job restarts from its last checkpoint once slots are back
+                "heartbeat.interval: 2000", "heartbeat.timeout: 8000",
+                "restart-strategy.type: fixed-delay",
+                "restart-strategy.fixed-delay.attempts: 1000",
+                "restart-strategy.fixed-delay.delay: 2 s",
                 ""]))
         return conf
 
@@ -407,7 +418,7 @@ class FlinkCluster:
         """A Flink process as Flink's scripts start it: its JVM memory flags and dynamic
         properties computed by Flink's `BashJavaUtils` from the configuration."""
         libs = os.path.join(BY_NAME["flink"].folder, "libs", "*")
-        kind = "GET_TM_RESOURCE_PARAMS" if name == "taskmanager" else "GET_JM_RESOURCE_PARAMS"
+        kind = "GET_TM_RESOURCE_PARAMS" if name.startswith("taskmanager") else "GET_JM_RESOURCE_PARAMS"
         found = subprocess.run(["java", "-cp", libs, "org.apache.flink.runtime.util.bash."
                                 "BashJavaUtils", kind, "--configDir", conf],
                                capture_output=True, text=True, timeout=120)
@@ -420,7 +431,7 @@ class FlinkCluster:
         jvm, dynamic = results[-2], results[-1]
         log = open(os.path.join(self.folder, f"{name}.log"), "w")
         self.processes.append(subprocess.Popen(
-            ["java", *jvm, "-cp", libs, main, "--configDir", conf, *dynamic],
+            ["java", *JAVA17_OPENS, *jvm, "-cp", libs, main, "--configDir", conf, *dynamic],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def overview(self):
@@ -436,7 +447,7 @@ class FlinkCluster:
         if not installed(BY_NAME["flink"]):
             raise ValueError("`flink` must be installed for a cluster (python3 -m "
                              "pipelines.engines fetch flink); got none.")
-        conf = self._config()
+        conf = self.conf = self._config()
         self._start(self.JOB_MANAGER, conf, "jobmanager")
         self._start(self.TASK_MANAGER, conf, "taskmanager")
         deadline = time.time() + self.start_seconds
@@ -450,6 +461,16 @@ class FlinkCluster:
         self.__exit__(None, None, None)
         raise RuntimeError(f"`Flink cluster` must start within {self.start_seconds:g} s; got "
                            f"no {self.slots} slots (logs in {self.folder}).")
+
+    def kill_taskmanager(self) -> None:
+        """SIGKILLs the TaskManager, as a lost machine; `start_taskmanager` gives the cluster
+        a new one (a job restarts from its last checkpoint on it)."""
+        process = self.processes.pop()
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def start_taskmanager(self) -> None:
+        self._start(self.TASK_MANAGER, self.conf, f"taskmanager-{len(self.processes)}")
 
     def __exit__(self, *exc) -> None:
         stop(self.processes)

@@ -169,3 +169,27 @@ def read(bootstrap: str, topics: List[str], expansion_service: str,
                timestamp_policy="CreateTime", consumer_polling_timeout=2, redistribute=False,
                redistribute_num_keys=np.int32(0), allow_duplicates=False)),
         expansion_service)
+
+
+def as_message(row):
+    """A Kafka record (`read`'s Row) -> the Pub/Sub message the streaming job reads
+    (`stream.ParseMessage`): its value is the data, its Kafka timestamp the publish time
+    (lateness and the watermark follow it, as Pub/Sub's publish time), topic/partition/offset
+    its id; Kafka headers are not attributes."""
+    import datetime
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    return PubsubMessage(
+        bytes(row.value) if row.value is not None else b"", {},
+        f"{row.topic}/{row.partition}/{row.offset}",
+        datetime.datetime.fromtimestamp(row.timestamp / 1000.0, datetime.timezone.utc))
+
+
+def read_messages(pipeline, bootstrap: str, topic: str, expansion_service: str,
+                  group_id: str):
+    """The topic's records as messages (`as_message`), from its earliest offset; offsets are
+    committed to `group_id` as Flink checkpoints finalise (a restored job resumes from the
+    offsets of its checkpoint)."""
+    import apache_beam as beam
+    return (pipeline | "ReadFromKafka" >> read(bootstrap, [topic], expansion_service,
+                                               group_id=group_id)
+            | "AsMessages" >> beam.Map(as_message))

@@ -29,8 +29,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import (commit, engines, gate, io, job_release, local_dofns, local_pubsub,
-                       local_watermark, logs, storage, stream)
+from pipelines import (commit, engines, gate, io, job_release, kafka_local, local_dofns,
+                       local_pubsub, local_watermark, logs, storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
 from pipelines.plan_command import plan_arguments
@@ -140,9 +140,16 @@ def main(argv=None) -> int:
     try:
         beam_args, local = engines.prepared(beam_args)  # Flink, Spark: the installed jars
         job = job_config.load(args.config)
-        if job.input.unbounded and runner in engines.ENGINES:
+        if job.input.kind == "pubsub" and runner in engines.ENGINES:
             job_config.fail("--runner", "DirectRunner or DataflowRunner for a Pub/Sub input "
                                         "(Beam reads Pub/Sub in Python on those only)", runner)
+        if job.input.kind == "kafka" and runner != "FlinkRunner":
+            job_config.fail("--runner", "FlinkRunner for a Kafka input (docs/engines.md)",
+                            runner)
+        if job.input.kind == "kafka" and args.continue_release:
+            job_config.fail("--continue", "left out for a Kafka input (Flink restores a "
+                                          "failed job from its own checkpoints; a stopped "
+                                          "Kafka release ends)", "--continue")
         if not job.secret.configured and not local:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
@@ -164,9 +171,9 @@ def main(argv=None) -> int:
         beam_args = ["--runner=DirectRunner" if job.input.unbounded else "--runner=FnApiRunner",
                      *beam_args]
     try:
-        if job.input.unbounded:
-            return run_stream(job, args, beam_args, runner in LOCAL_RUNNERS)
         with engines.job_server(beam_args) as beam_args:  # Flink, Spark: until the summary
+            if job.input.unbounded:
+                return run_stream(job, args, beam_args, runner in LOCAL_RUNNERS)
             return run_release(job, args, beam_args)
     except ValueError as error:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
@@ -237,6 +244,12 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
 
 
 DRAIN_SECONDS = 60.0  # how long a complete local streaming job may take to drain
+FLINK_STREAMING = (  # a Kafka job's Flink options, unless given
+    ("--checkpointing_interval", 5000),  # ms: Flink restores a failed job from its checkpoint
+    # the public keys' seeds come from a Create: with checkpoints on, Beam's Flink runner keeps
+    # that source open (idle) and its watermark at the start of time, so no key is released;
+    # Flink 1.19 checkpoints on after a source finished
+    ("--shutdown_sources_after_idle_ms", 1000))
 
 
 def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
@@ -244,6 +257,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     runner, follows it, printing each step as it is published, until every step of the horizon
     is (or the job fails, or Ctrl-C cancels it: no later step is released)."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+    kafka = job.input.kind == "kafka"  # on Flink: followed here, checkpointed by Flink
+    if kafka:
+        beam_args = [*beam_args, *(f"{name}={value}" for name, value in FLINK_STREAMING
+                                   if not any(a.startswith(name) for a in beam_args))]
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True
     if options.view_as(GoogleCloudOptions).update and stream.checkpointed(job):
@@ -274,8 +291,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
             return 0
         manifest = dict(release_manifest(transform), input=io.input_binding(job))
         pipeline = beam.Pipeline(options=options)
-        stream.build(pipeline, job, transform, manifest, not local, continuation)
-        before = set(stream.published_steps(job)) if local else set()
+        expansion = stack.enter_context(kafka_local.ExpansionService()).address \
+            if kafka else None
+        stream.build(pipeline, job, transform, manifest, not local, continuation, expansion)
+        before = set(stream.published_steps(job)) if local or kafka else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
             local_pubsub.install(blind=local_pubsub.blind_seconds(job.input.subscription),
                                  continuation=continuation is not None)  # a killed pull's
@@ -290,7 +309,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         where = (f"release {transform.release_id}: "
                  + (f"continued from step {continuation.first} (its checkpoint verified); "
                     if continuation is not None else "")
-                 + f"streaming from {job.input.subscription}; "
+                 + f"streaming from {job.input.source_name}; "
                  f"each step is published under {stream.steps_folder(job.public_path)}/ once "
                  f"every public key's record of it is in ({job.steps.horizon} steps of "
                  f"{job.steps.size_seconds:g} s from "
@@ -298,7 +317,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         print(where if not args.json else json.dumps(
             {"job": job.job, "release_id": transform.release_id, "streaming": True,
              "steps": stream.steps_folder(job.public_path)}, sort_keys=True), flush=True)
-        if not local:
+        if not local and not kafka:
             return 0
         watch = stream.Watch(result)
         try:
@@ -308,7 +327,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                       f"and can be negative", file=sys.stderr, flush=True)
             code = stream.follow(job, watch, sys.stdout if not args.json else sys.stderr,
                                  transform.config.release_delay_steps, before=before)
-            if code == 0:  # every step is published: what the job read and had not
+            if code == 0 and local:  # every step is published: what the job read and had not
                 # released leaves as dead letters (late, outside the horizon) before it ends
                 local_pubsub.drain()
                 watch.thread.join(DRAIN_SECONDS)

@@ -42,7 +42,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines import config as job_config
-from pipelines import io
+from pipelines import io, kafka_local
 from pipelines.checkpoints import read_json, write_text
 from transforms import registry
 from transforms.claims import ClaimOnce, guard, guarded
@@ -168,18 +168,19 @@ class ParseMessage(beam.DoFn):
 
 
 def read_elements(pipeline, job: job_config.JobConfig, remote: bool,
-                  continuation: "Continuation" = None):
+                  continuation: "Continuation" = None, messages=None):
     """-> (elements with event times, [dead-letter PCollections]) from the subscription. The
     reader stamps messages with their publish time (the watermark follows it); each element's
     event time is its record's timestamp field, as in a file. A continuation also replays
     what earlier executions recorded (`ReceiptLog`): the events of its steps (earlier ones were
     published or dead-lettered by the execution that read them), and skips those messages if
-    Pub/Sub delivers them again."""
+    Pub/Sub delivers them again. `messages`: read elsewhere (a Kafka topic's records)."""
     source = job.input
-    messages = pipeline | "ReadFromPubSub" >> beam.io.ReadFromPubSub(
-        subscription=source.subscription, with_attributes=True,
-        # the local runner refuses id_label; Dataflow deduplicates redelivered messages by it
-        id_label=source.id_attribute if remote else None)
+    if messages is None:
+        messages = pipeline | "ReadFromPubSub" >> beam.io.ReadFromPubSub(
+            subscription=source.subscription, with_attributes=True,
+            # the local runner refuses id_label; Dataflow deduplicates redelivered messages
+            id_label=source.id_attribute if remote else None)
     replayed = list(continuation.replayed) if continuation is not None else []
     rows = messages | "ParseMessages" >> beam.ParDo(ParseMessage(
         job, {m.message_id for m in replayed})).with_outputs(DEAD_LETTER, main="rows")
@@ -406,11 +407,14 @@ class Continuation:
 
 
 def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote: bool,
-          continuation: Continuation = None):
+          continuation: Continuation = None, kafka_expansion: str = None):
     """The streaming job's graph (the module docstring's stages); `continuation`: the steps
-    from its first, from its verified checkpoint."""
+    from its first, from its verified checkpoint; `kafka_expansion`: a Kafka input's
+    expansion service."""
+    in_driver = kafka_expansion is not None  # Flink: claimed here (`ClaimedByDriver`)
     if continuation is None:
-        passed, first = guard(pipeline, release_claim(job, manifest), "ClaimRelease"), 0
+        passed, first = guard(pipeline, release_claim(job, manifest), "ClaimRelease",
+                              in_driver), 0
         epoch = (0, 0)
     else:
         passed, first = guard(pipeline, continuation.claim(transform), "ClaimContinuation"), \
@@ -423,7 +427,10 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
                     list(continuation.units.items()), reshuffle=False),
                 key_states=pipeline | "KeyStates" >> beam.Create(
                     list(continuation.keys.items()), reshuffle=False))
-    elements, dead = read_elements(pipeline, job, remote, continuation)
+    messages = None if job.input.kind != "kafka" else kafka_local.read_messages(
+        pipeline, job.input.bootstrap_servers, job.input.topic, kafka_expansion,
+        f"dp-{transform.release_id}")  # the release's own group: it reads the whole topic
+    elements, dead = read_elements(pipeline, job, remote, continuation, messages)
     transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
     step_checkpoint = None if transform.checkpoint is None else StepCheckpoint(

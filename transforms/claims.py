@@ -130,10 +130,25 @@ class Claimed:
         self.passed = passed
 
 
-def guard(pipeline, check: Callable[[], object], label: str):
+class ClaimedByDriver:
+    """`guard(..., in_driver=True)`: the claim `check` was made by the driver, before the job
+    was built; `token` is its execution token. For a driver that submits the job itself and
+    whose runner may restart the job from scratch under that claim (Flink's failover: an
+    in-job claim would refuse the job's own restart), and where side inputs cannot be
+    checkpointed (Beam 2.62's portable Flink streaming): `guarded` passes elements through
+    (nothing of the job runs before its claim)."""
+
+    def __init__(self, check: Callable[[], object], token):
+        self.dp_claim, self.token = check, token
+
+
+def guard(pipeline, check: Callable[[], object], label: str, in_driver: bool = False):
     """A singleton that exists only once `check()` passed, in the job (not in the driver). It
-    carries `check` (`claim_of`): only a claim's guard proves a claim."""
+    carries `check` (`claim_of`): only a claim's guard proves a claim. `in_driver`: the claim
+    is made now (`ClaimedByDriver`)."""
     import apache_beam as beam
+    if in_driver:
+        return ClaimedByDriver(check, check())
     passed = pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
         lambda _: check() or True)
     passed.dp_claim = check
@@ -146,8 +161,19 @@ def claim_of(passed):
     return check if getattr(check, "claims_once", False) else None
 
 
-def guarded(pcoll, passed, label: str):
-    """`pcoll`, released only after the guard `passed` (a side input waits for it)."""
+def claimed_token(passed):
+    """The claim's execution token as a DoFn argument: the guard's singleton as a side input,
+    or the token a driver's claim returned."""
     import apache_beam as beam
+    return passed.token if isinstance(passed, ClaimedByDriver) else \
+        beam.pvalue.AsSingleton(passed)
+
+
+def guarded(pcoll, passed, label: str):
+    """`pcoll`, released only after the guard `passed` (a side input waits for it; a claim
+    the driver made precedes the whole job)."""
+    import apache_beam as beam
+    if isinstance(passed, ClaimedByDriver):
+        return pcoll
     return pcoll | label >> beam.Map(lambda element, _: element,
                                       beam.pvalue.AsSingleton(passed))

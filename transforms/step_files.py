@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.coders import StrUtf8Coder, VarIntCoder
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
+from transforms.claims import claimed_token
 from transforms.durable import create_if_absent
 from transforms.release import key_text
 from transforms.sinks import encode_records
@@ -209,4 +210,4 @@ class WriteStepFiles(beam.PTransform):
                 (item[1][0], item[1][1]))}, sort_keys=True)))
         return lines | "PublishCompleteSteps" >> beam.ParDo(CheckpointedStepFilesFn(
             self.folder, self.public_keys, self.formats, self.checkpoint),
-            beam.pvalue.AsSingleton(self.checkpoint.passed))
+            claimed_token(self.checkpoint.passed))
