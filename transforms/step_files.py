@@ -151,6 +151,8 @@ class StepFilesFn(beam.DoFn):
                 fail("step", f"published by one execution (step {step} was claimed by "
                              f"another execution of release {config.release_id})", claim)
         superseded()
+        if ck.replayed_step(config, folder, step, rows, states, execution):
+            return  # released again after a restore, the same: checkpointed once
         # every unit log file written so far: the ones behind what step `step` releases too
         publish_once(ck.join(folder, ck.keys_name(step)),
                      ck.key_checkpoint(config, step, rows, states, ck.unit_log_files(folder),

@@ -153,6 +153,20 @@ def read_key_checkpoint(config, folder: str, step: int) -> dict:
     return body
 
 
+def replayed_step(config, folder: str, step: int, records: list, key_states: list,
+                  execution: str) -> bool:
+    """Whether step `step` is checkpointed already by `execution` with these records and key
+    states: the runner restored the job from a state before the step and released it again
+    (Flink's failover), the same step (the unit log files listed may differ: the replay wrote
+    its own)."""
+    if not _listing(join(folder, keys_name(step))):
+        return False
+    body = read_key_checkpoint(config, folder, step)
+    return body["execution"] == execution and body["records"] == records and \
+        [codec.dumps(pair) for pair in body["key_states"]] == \
+        [codec.dumps(pair) for pair in key_states]
+
+
 def claim_name(first: int, attempt: int = 1) -> str:
     """A continuation's claim of the steps from `first`: its first attempt `from-F.json` (as
     before attempts), a later one `from-F-A.json`."""
