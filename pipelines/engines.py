@@ -237,6 +237,20 @@ def job_server(beam_args: Sequence[str], start_seconds: float = 120.0):
             shutil.rmtree(folder, ignore_errors=True)
 
 
+FLINK_STREAMING = (  # a streaming job's Flink options, unless given
+    ("--checkpointing_interval", 5000),  # ms: Flink restores a failed job from its checkpoint
+    # the public keys' seeds come from a Create: with checkpoints on, Beam's Flink runner keeps
+    # that source open (idle) and its watermark at the start of time, so no key is released;
+    # Flink 1.19 checkpoints on after a source finished
+    ("--shutdown_sources_after_idle_ms", 1000))
+
+
+def flink_streaming(beam_args) -> List[str]:
+    """A streaming job's options on Flink: `beam_args` and each of FLINK_STREAMING not given."""
+    return [*beam_args, *(f"{name}={value}" for name, value in FLINK_STREAMING
+                          if _given(beam_args, name) is None)]
+
+
 def runner_of(beam_args) -> str:
     """The class name of the runner Beam creates from `beam_args`: its last `--runner` (Beam's
     options parser keeps the last), named as Beam's `create_runner` resolves it ("flink",
@@ -409,8 +423,8 @@ class FlinkCluster:
                 # job restarts from its last checkpoint once slots are back
                 "heartbeat.interval: 2000", "heartbeat.timeout: 8000",
                 "restart-strategy.type: fixed-delay",
-                "restart-strategy.fixed-delay.attempts: 1000",
-                "restart-strategy.fixed-delay.delay: 2 s",
+                "restart-strategy.fixed-delay.attempts: 20",
+                "restart-strategy.fixed-delay.delay: 3 s",
                 ""]))
         return conf
 

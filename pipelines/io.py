@@ -541,8 +541,9 @@ def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:
     streaming job only; both refused."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     if job is not None and job.input.unbounded:
-        fail("input.kind", "'files' for a batch or scheduled job (a Pub/Sub subscription is "
-                           "read by the streaming job: python3 -m pipelines.run)", job.input.kind)
+        fail("input.kind", "'files' for a batch or scheduled job (a Pub/Sub subscription or a "
+                           "Kafka topic is read by the streaming job: python3 -m pipelines.run)",
+             job.input.kind)
     if PipelineOptions(list(beam_args)).view_as(StandardOptions).streaming:
         fail("--streaming", "left out for file input (files are a bounded source: the job is "
                             "one batch release of them; a streaming job needs an unbounded "

@@ -145,7 +145,8 @@ def main(argv=None) -> int:
                                         "(Beam reads Pub/Sub in Python on those only)", runner)
         if job.input.kind == "kafka" and runner != "FlinkRunner":
             job_config.fail("--runner", "FlinkRunner for a Kafka input (docs/engines.md)",
-                            runner)
+                            runner if any(a.startswith("--runner") for a in beam_args)
+                            else "none")
         if job.input.kind == "kafka" and args.continue_release:
             job_config.fail("--continue", "left out for a Kafka input (Flink restores a "
                                           "failed job from its own checkpoints; a stopped "
@@ -244,12 +245,6 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
 
 
 DRAIN_SECONDS = 60.0  # how long a complete local streaming job may take to drain
-FLINK_STREAMING = (  # a Kafka job's Flink options, unless given
-    ("--checkpointing_interval", 5000),  # ms: Flink restores a failed job from its checkpoint
-    # the public keys' seeds come from a Create: with checkpoints on, Beam's Flink runner keeps
-    # that source open (idle) and its watermark at the start of time, so no key is released;
-    # Flink 1.19 checkpoints on after a source finished
-    ("--shutdown_sources_after_idle_ms", 1000))
 
 
 def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
@@ -259,8 +254,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
     kafka = job.input.kind == "kafka"  # on Flink: followed here, checkpointed by Flink
     if kafka:
-        beam_args = [*beam_args, *(f"{name}={value}" for name, value in FLINK_STREAMING
-                                   if not any(a.startswith(name) for a in beam_args))]
+        beam_args = engines.flink_streaming(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True
     if options.view_as(GoogleCloudOptions).update and stream.checkpointed(job):
@@ -289,11 +283,13 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                   f"republished from their checkpoints; all {job.steps.horizon} steps are "
                   f"published (the release is complete)", flush=True)
             return 0
-        manifest = dict(release_manifest(transform), input=io.input_binding(job))
+        manifest = dict(release_manifest(transform), input=io.input_binding(job),
+                        source=job.input.kind)
         pipeline = beam.Pipeline(options=options)
         expansion = stack.enter_context(kafka_local.ExpansionService()).address \
             if kafka else None
-        stream.build(pipeline, job, transform, manifest, not local, continuation, expansion)
+        driver_claim = stream.build(pipeline, job, transform, manifest, not local,
+                                    continuation, expansion)
         before = set(stream.published_steps(job)) if local or kafka else set()
         if local:  # Beam's local Pub/Sub reader: large messages, transient faults retried
             local_pubsub.install(blind=local_pubsub.blind_seconds(job.input.subscription),
@@ -305,6 +301,8 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                 transform.config.release_delay_steps)))
             local_pubsub.record(None if checkpoint is None else stream.ReceiptLog(
                 checkpoint, transform.config, transform.execution))
+        if driver_claim is not None:
+            driver_claim.claim()  # last before the job runs: a failure to build claims nothing
         result = pipeline.run()
         where = (f"release {transform.release_id}: "
                  + (f"continued from step {continuation.first} (its checkpoint verified); "
@@ -349,7 +347,8 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
         print(f"release {transform.release_id}: {len(published)} of {job.steps.horizon} steps "
               f"published" + ("" if code == 0 else " (stopped before the horizon's end" + (
                   ": --continue resumes it from its last checkpointed step)"
-                  if transform.checkpoint is not None else ": the release ends here)"))
+                  if transform.checkpoint is not None and not kafka
+                  else ": the release ends here)"))
               + f"; operator-only (NOT private): {job.operator_path}/summary.json, "
                 f"dead_letters-*.jsonl", flush=True)
         return 0 if code == 0 else 1
@@ -369,6 +368,11 @@ def continued_stream(job: job_config.JobConfig, checkpoint: str):
     if not job.secret.configured:
         job_config.fail("secret", "the release's own secret, configured (env, path, "
                                   "gcp_secret or seed), to continue it", "none")
+    if release.get("source", "pubsub") != "pubsub":
+        job_config.fail("--continue", f"used on a Pub/Sub release (this one read "
+                                      f"{release.get('source')!r}: Flink restores a Kafka "
+                                      f"release from its own checkpoints; a stopped one ends)",
+                        release.get("source"))
     transform = build_transform(job, release_id=release.get("release_id"),
                                 checkpoint=checkpoint)
     for name, now in (("descriptor", transform.descriptor),

@@ -1,4 +1,5 @@
-"""The streaming job: one config with `input.kind: pubsub`, released step by step as it runs.
+"""The streaming job: one config with `input.kind: pubsub` (or `kafka`, on Flink), released step
+by step as it runs.
 
     python3 -m pipelines.run --config my_stream.yaml            # local: Beam's streaming runner
     python3 -m pipelines.run --config my_stream.yaml --runner DataflowRunner ...   # launches
@@ -6,6 +7,7 @@
 Stages, with the element after each:
 
     ReadFromPubSub(subscription)                        PubsubMessage (at its publish time)
+    (Kafka: ReadFromKafka(topic), AsMessages            the same, at its Kafka timestamp)
     ParseMessages                                       its record (a dict) or a dead letter
     ToElements                                          the transform's element at its record's
                                                         time, or a dead letter
@@ -17,7 +19,7 @@ Stages, with the element after each:
     dead letters                                        operator/dead_letters-<bundle>.jsonl
 
 `release.json` is the release's claim: the job creates it (create-if-absent) before any step
-can be published, so a second launch into the same folder fails before it writes anything. A
+can be published (Kafka on Flink: the driver, right before it submits the job), so a second launch into the same folder fails before it writes anything. A
 message with the attribute `heartbeat` is not an event (publishers of an idle topic send them
 so that the watermark moves: the local emulator holds an idle pull up to 30 s); it is dropped
 before parsing.
@@ -410,7 +412,8 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
           continuation: Continuation = None, kafka_expansion: str = None):
     """The streaming job's graph (the module docstring's stages); `continuation`: the steps
     from its first, from its verified checkpoint; `kafka_expansion`: a Kafka input's
-    expansion service."""
+    expansion service (Flink). -> the release's `ClaimedByDriver` for the driver to claim
+    right before it runs the job (Kafka), else None (the job claims)."""
     in_driver = kafka_expansion is not None  # Flink: claimed here (`ClaimedByDriver`)
     if continuation is None:
         passed, first = guard(pipeline, release_claim(job, manifest), "ClaimRelease",
@@ -429,7 +432,7 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
                     list(continuation.keys.items()), reshuffle=False))
     messages = None if job.input.kind != "kafka" else kafka_local.read_messages(
         pipeline, job.input.bootstrap_servers, job.input.topic, kafka_expansion,
-        f"dp-{transform.release_id}")  # the release's own group: it reads the whole topic
+        f"dp-{transform.release_id}-{passed.token}")  # the launch's own group: the topic whole
     elements, dead = read_elements(pipeline, job, remote, continuation, messages)
     transform.claimed_by(passed)  # nothing is published before the claim
     result = elements | job.transform >> transform
@@ -444,6 +447,7 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
                            passed, "CheckedDeadLetters")
     _ = dead_letters | "WriteDeadLetters" >> beam.ParDo(WriteBundleFiles(
         f"{job.operator_path.rstrip('/')}/dead_letters"))
+    return passed if in_driver else None
 
 
 def published_steps(job: job_config.JobConfig) -> dict:
@@ -482,11 +486,12 @@ def refuse_published_folder(job: job_config.JobConfig) -> None:
     before launching): it continues, with --continue, or a new release goes elsewhere."""
     release = published_release(job)
     if release is not None:
+        resume = "continue it from its last checkpointed step with --continue, or " \
+            if release.get("source", "pubsub") == "pubsub" else ""
         job_config.fail("output.path", f"a folder without a release of job {job.job} (release "
                                        f"{release.get('release_id')} was published there: "
-                                       f"continue it from its last checkpointed step with "
-                                       f"--continue, or start a new release with a new "
-                                       f"output.path or job name)", job.output.path)
+                                       f"{resume}start a new release with a new output.path "
+                                       f"or job name)", job.output.path)
 
 
 class Watch:

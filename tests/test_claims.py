@@ -364,3 +364,26 @@ def test_a_selecting_release_refuses_resumed_key_states_that_are_not_all_there(s
     run_pipeline(count(secret, release_id=first.release_id, **selecting), events,
                  window=StepWindow(4, 8), units=units, keys=keys, claims=claims)
     assert os.path.exists(os.path.join(claims, first.release_id, "units-at-00000008.json"))
+
+
+def test_a_claim_made_by_the_driver_is_made_once_when_claimed_and_guards_nothing(tmp_path):
+    """`guard(..., in_driver=True)` (Kafka on Flink): nothing is claimed while the job is
+    built; `claim()` creates the claim with the token the job's steps carry; a second
+    launch's claim is refused; `guarded` adds no stage (no side input)."""
+    from transforms.claims import ClaimedByDriver, claimed_token, guard, guarded
+    path = str(tmp_path / "release.json")
+    pipeline = beam.Pipeline()
+    passed = guard(pipeline, ClaimOnce(path, {"release_id": RELEASE}, "the release"),
+                   "Claim", in_driver=True)
+    assert isinstance(passed, ClaimedByDriver) and not os.path.exists(path)
+    events = pipeline | beam.Create([1, 2])
+    assert guarded(events, passed, "Claimed") is events
+    assert claimed_token(passed) == passed.token
+    passed.claim()
+    assert read_claim(path) == {"release_id": RELEASE, "execution": passed.token}
+    again = guard(beam.Pipeline(), ClaimOnce(path, {"release_id": RELEASE}, "the release"),
+                  "Claim", in_driver=True)
+    with pytest.raises(ValueError, match=r"^`claim` must be new: the release was claimed "
+                                         r"before"):
+        again.claim()
+    assert read_claim(path)["execution"] == passed.token

@@ -230,3 +230,21 @@ def test_a_checkpointed_step_republishes_its_files_byte_for_byte(stopped_twice, 
                  ("jsonl",))
     assert (tmp_path / "again" / "step-00000001.jsonl").read_bytes() == \
         (tmp_path / "steps" / "step-00000001.jsonl").read_bytes()
+
+
+def test_a_step_released_again_after_a_restore_is_accepted_only_when_the_same(stopped_twice):
+    """`replayed_step` (a runner that restored the job from an earlier state of itself, Flink):
+    the execution that checkpointed the step, with the same records and key states, is the
+    same step; other records (1.0 for 1 included), states or executions are not."""
+    config = stopped_twice.config
+    body = ck.read_key_checkpoint(config, FOLDER[0], 3)
+    records, states, execution = body["records"], body["key_states"], body["execution"]
+    assert ck.replayed_step(config, FOLDER[0], 3, records, states, execution)
+    other = [dict(records[0], value=records[0]["value"] + 1)] + records[1:]
+    assert not ck.replayed_step(config, FOLDER[0], 3, other, states, execution)
+    as_float = [dict(r, step=float(r["step"])) for r in records]
+    assert as_float == records  # equal in Python, not in the files
+    assert not ck.replayed_step(config, FOLDER[0], 3, as_float, states, execution)
+    assert not ck.replayed_step(config, FOLDER[0], 3, records, states[::-1], execution)
+    assert not ck.replayed_step(config, FOLDER[0], 3, records, states, "f" * 16)
+    assert not ck.replayed_step(config, FOLDER[0], 5, records, states, execution)  # none yet

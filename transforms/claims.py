@@ -59,11 +59,11 @@ class ClaimOnce:
         self.path, self.content, self.what = path, dict(content), what
         self.precondition = precondition  # called with `what` before an absent claim is made
 
-    def __call__(self) -> str:
+    def __call__(self, token: str = None) -> str:
         from apache_beam.io.filesystems import FileSystems
         if self.precondition is not None and not FileSystems.exists(self.path):
             self.precondition(self.what)
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         data = json.dumps(dict(self.content, execution=token), sort_keys=True).encode("utf-8")
         if not create_if_absent(self.path, data):
             fail("claim", f"new: {self.what} was claimed before (by an earlier or concurrent "
@@ -131,24 +131,28 @@ class Claimed:
 
 
 class ClaimedByDriver:
-    """`guard(..., in_driver=True)`: the claim `check` was made by the driver, before the job
-    was built; `token` is its execution token. For a driver that submits the job itself and
-    whose runner may restart the job from scratch under that claim (Flink's failover: an
-    in-job claim would refuse the job's own restart), and where side inputs cannot be
-    checkpointed (Beam 2.62's portable Flink streaming): `guarded` passes elements through
-    (nothing of the job runs before its claim)."""
+    """`guard(..., in_driver=True)`: the claim `check`, made by the driver with the execution
+    token `token` (`claim()`) after the job is built and right before it is submitted (a
+    failure building it claims nothing). For a driver that submits the job itself and whose
+    runner may restart the job from scratch under that claim (Flink's failover: an in-job
+    claim would refuse the job's own restart), where side inputs cannot be checkpointed
+    (Beam 2.62's portable Flink streaming): `guarded` passes elements through (nothing of the
+    job runs before its claim)."""
 
-    def __init__(self, check: Callable[[], object], token):
-        self.dp_claim, self.token = check, token
+    def __init__(self, check: Callable[..., object]):
+        self.dp_claim, self.token = check, uuid.uuid4().hex
+
+    def claim(self) -> None:
+        self.dp_claim(self.token)
 
 
 def guard(pipeline, check: Callable[[], object], label: str, in_driver: bool = False):
-    """A singleton that exists only once `check()` passed, in the job (not in the driver). It
-    carries `check` (`claim_of`): only a claim's guard proves a claim. `in_driver`: the claim
-    is made now (`ClaimedByDriver`)."""
+    """A singleton that exists only once `check()` passed, in the job. It carries `check`
+    (`claim_of`): only a claim's guard proves a claim. `in_driver`: a `ClaimedByDriver`
+    instead, whose `claim()` the driver calls right before it submits the job."""
     import apache_beam as beam
     if in_driver:
-        return ClaimedByDriver(check, check())
+        return ClaimedByDriver(check)
     passed = pipeline | f"{label}Once" >> beam.Create([None]) | label >> beam.Map(
         lambda _: check() or True)
     passed.dp_claim = check

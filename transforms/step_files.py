@@ -21,7 +21,7 @@ import apache_beam as beam
 from apache_beam.coders import StrUtf8Coder, VarIntCoder
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
-from transforms.claims import claimed_token
+from transforms.claims import ClaimedByDriver, claimed_token
 from transforms.durable import create_if_absent
 from transforms.release import key_text
 from transforms.sinks import encode_records
@@ -96,6 +96,10 @@ class StepFilesFn(beam.DoFn):
         self.keys = frozenset(key_text(k) for k in public_keys)
         self.checkpoint = None if checkpoint is None else (
             checkpoint.config, checkpoint.folder, checkpoint.epoch, checkpoint.execution)
+        # a job the runner may restore from an earlier state of itself (Flink: its claim is
+        # the driver's) releases a step again after a restore: the same step is accepted
+        self.replays = checkpoint is not None and isinstance(checkpoint.passed,
+                                                             ClaimedByDriver)
 
     def process(self, element, records=beam.DoFn.StateParam(RECORDS),
                 count=beam.DoFn.StateParam(COUNT)):
@@ -151,7 +155,7 @@ class StepFilesFn(beam.DoFn):
                 fail("step", f"published by one execution (step {step} was claimed by "
                              f"another execution of release {config.release_id})", claim)
         superseded()
-        if ck.replayed_step(config, folder, step, rows, states, execution):
+        if self.replays and ck.replayed_step(config, folder, step, rows, states, execution):
             return  # released again after a restore, the same: checkpointed once
         # every unit log file written so far: the ones behind what step `step` releases too
         publish_once(ck.join(folder, ck.keys_name(step)),

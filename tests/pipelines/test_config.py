@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import yaml
 
 from pipelines.config import ConfigError, load, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BASE = {
     "job": "t", "transform": "count",
@@ -168,6 +171,25 @@ def streamed(**changes):
     return config
 
 
+KAFKA = {"kind": "kafka", "bootstrap_servers": "localhost:9092,broker-2:9093",
+         "topic": "events.v1", "fields": BASE["input"]["fields"]}
+
+
+def kafka(**changes):
+    config = copy.deepcopy(BASE)
+    config["input"] = {k: v for k, v in dict(KAFKA, **changes).items() if v is not DELETE}
+    return config
+
+
+def test_a_kafka_input_is_read_as_configured():
+    job = validate(dict(kafka(), steps=dict(BASE["steps"], allowed_lateness_seconds=60)))
+    assert job.input.unbounded and job.input.path == "" and job.input.format == "jsonl"
+    assert (job.input.bootstrap_servers, job.input.topic, job.input.subscription) == (
+        "localhost:9092,broker-2:9093", "events.v1", None)
+    assert job.input.source_name == "kafka://localhost:9092,broker-2:9093/events.v1"
+    assert job.steps.allowed_lateness_seconds == 60.0
+
+
 def test_a_pubsub_input_is_read_as_configured():
     job = validate(dict(streamed(id_attribute="event_id"), steps=dict(
         BASE["steps"], release_delay_steps=2, allowed_lateness_seconds=900)))
@@ -181,7 +203,18 @@ def test_a_pubsub_input_is_read_as_configured():
 
 
 @pytest.mark.parametrize("config,message", [
-    (streamed(kind="kafka"), r"^`input.kind` must be one of 'files', 'pubsub'; got 'kafka'\.$"),
+    (streamed(kind="kinesis"),
+     r"^`input.kind` must be one of 'files', 'pubsub', 'kafka'; got 'kinesis'\.$"),
+    (streamed(kind="kafka"), r"^`input.subscription` must be absent for input.kind 'kafka' "
+                             r"\(a Pub/Sub setting\)"),
+    (kafka(bootstrap_servers="localhost"),
+     r"^`input.bootstrap_servers` must be host:port\[,host:port...\]; got 'localhost'\.$"),
+    (kafka(bootstrap_servers=DELETE), r"^`input.bootstrap_servers` must be host:port"),
+    (kafka(topic="a topic"), r"^`input.topic` must be a Kafka topic name .*got 'a topic'\.$"),
+    (kafka(path="x.jsonl"), r"^`input.path` must be absent for input.kind 'kafka'"),
+    (kafka(format="csv"), r"^`input.format` must be 'jsonl' for input.kind 'kafka'"),
+    (edited(("input", "topic"), "events"),
+     r"^`input.topic` must be absent for input.kind 'files' \(a Kafka setting\)"),
     (streamed(path="x.jsonl"), r"^`input.path` must be absent for input.kind 'pubsub'"),
     (streamed(subscription="projects/p/subscriptions/s"),
      r"^`input.subscription` must be projects/<project id>/subscriptions/<name> .*got "
@@ -276,3 +309,11 @@ def test_a_large_delta_needs_allow_large_delta():
         validate(raw)
     raw["privacy"]["allow_large_delta"] = True
     assert validate(raw).privacy.selection_delta == 0.01
+
+
+def test_the_bundled_kafka_stream_is_the_pubsub_one_read_from_kafka():
+    kafka_job = load(os.path.join(ROOT, "configs", "streaming", "active_users_kafka.yaml"))
+    pubsub_job = load(os.path.join(ROOT, "configs", "streaming", "active_users.yaml"))
+    assert (kafka_job.input.kind, kafka_job.input.topic) == ("kafka", "active-users")
+    for part in ("steps", "privacy", "bounds", "public_keys", "mechanism"):
+        assert getattr(kafka_job, part) == getattr(pubsub_job, part), part

@@ -164,6 +164,43 @@ def test_a_folder_that_holds_a_release_is_not_launched_into_again(tmp_path, caps
     assert sorted(os.listdir(tmp_path / "live")) == before
 
 
+KAFKA = {"kind": "kafka", "bootstrap_servers": "localhost:9", "topic": "events",
+         "format": "jsonl", "fields": FIELDS}
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "`--runner` must be FlinkRunner for a Kafka input (docs/engines.md); got 'none'."),
+    (["--runner", "SparkRunner"], "`--runner` must be FlinkRunner for a Kafka input"),
+    (["--runner", "FlinkRunner", "--continue"], "`--continue` must be left out for a Kafka "
+                                                "input (Flink restores a failed job"),
+])
+def test_a_kafka_job_runs_on_flink_once(tmp_path, capsys, args, message):
+    """Kafka is read on Flink only (Beam's cross-language read), and a Kafka release is not
+    continued by a later launch (Flink restores it from its own checkpoints)."""
+    config = write_config(tmp_path, "live", 1_800_000_000.0, KAFKA)
+    assert job_run.main(["--config", config, *args]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert not (tmp_path / "live").exists()
+
+
+def test_a_kafka_release_is_not_continued_as_a_pubsub_one(tmp_path, capsys):
+    """The release's manifest names its source: a config edited from kafka to pubsub does not
+    continue a Kafka release (its unit log was written by a job Flink may have restored)."""
+    config = write_config(tmp_path, "live", 1_800_000_000.0, {
+        "kind": "pubsub", "subscription": "projects/dp-test/subscriptions/s",
+        "format": "jsonl", "fields": FIELDS})
+    public = tmp_path / "live" / "active-users-live"
+    public.mkdir(parents=True)
+    (public / "release.json").write_text(json.dumps({"release_id": "ab" * 16,
+                                                    "source": "kafka"}))
+    assert job_run.main(["--config", config, "--continue"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: `--continue` must be used on a Pub/Sub release (this one read 'kafka': Flink "
+        "restores a Kafka release from its own checkpoints; a stopped one ends); got 'kafka'.")
+    assert job_run.main(["--config", config]) == 2  # nor launched into again
+    assert "start a new release with a new output.path" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args,message", [
     (["--streaming"], "`--streaming` must be left out for file input"),
 ])
