@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from pipelines.budget import BudgetSpec, spec_of as budget_spec_of
 from transforms import registry
 from transforms.accountant import MAX_GATE_SHARE
 from transforms.secret import SecretRef, check_gcp_secret
@@ -34,7 +35,8 @@ MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
-       "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess")
+       "public_keys_file", "mechanism", "confidence", "secret", "output", "postprocess",
+       "budget")
 DEMO_PREFIX = "demo:"
 DEMO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_data")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -221,6 +223,7 @@ class JobConfig:
     secret: SecretSpec
     output: OutputSpec
     postprocess: Optional[str] = None  # "nonnegative": running totals clamped at 0
+    budget: Optional[BudgetSpec] = None  # the source's ledger and limit (`pipelines.budget`)
 
     @property
     def gate_share(self) -> Optional[float]:
@@ -560,7 +563,17 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),
-                     OutputSpec(output["path"], tuple(formats)), postprocess)
+                     OutputSpec(output["path"], tuple(formats)), postprocess,
+                     _budget(raw.get("budget"), output["path"], secret))
+
+
+def _budget(raw, output_path: str, secret: dict) -> Optional[BudgetSpec]:
+    spec = budget_spec_of(raw, output_path)
+    if spec is not None and not any(secret.get(k) is not None for k in (
+            "env", "path", "gcp_secret", "seed", "literal")):
+        fail("secret", "configured (env, path, gcp_secret or seed) with a budget (the "
+                       "ledger's entries are MAC'd with it)", "none")
+    return spec
 
 
 def _pubsub_input(source) -> dict:

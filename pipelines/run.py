@@ -29,7 +29,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import (commit, engines, gate, io, job_release, kafka_local, local_dofns,
+from pipelines import (budget, commit, engines, gate, io, job_release, kafka_local, local_dofns,
                        local_pubsub, local_watermark, logs, storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
@@ -197,6 +197,7 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         secret = None if job.secret.configured else stack.enter_context(ephemeral_secret())
         try:
             transform = build_transform(job, secret)
+            ledger = budget.charge(job, transform)  # before anything is claimed or published
         except ValueError as error:
             print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
@@ -232,7 +233,7 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
     operator = operator_summary(result, operator_folder, job, args.config)
     write_text(os.path.join(operator_folder, "summary.json"), json.dumps(
         dict(operator, release_id=transform.release_id), indent=2, sort_keys=True))
-    public = public_summary(transform, job, public_folder)
+    public = dict(public_summary(transform, job, public_folder), budget_ledger=ledger)
     summary = {"job": job.job, "public": public, "operator_not_private": operator}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -270,6 +271,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                 transform, continuation = continued_stream(job, checkpoint)
             else:
                 transform = build_transform(job, secret, checkpoint=checkpoint)
+            budget.charge(job, transform)  # (a continuation is in the ledger already)
         except ValueError as error:
             print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
@@ -495,8 +497,11 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
                      f"({public['new_steps']} new); budget spent: {public['spent']}")
     elif transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
-                     f"{budget_text(public['budget_spent'])} on this data (again, if this data "
-                     f"was released before)" + gate_note(transform))
+                     f"{budget_text(public['budget_spent'])} on this data" + (
+                         " (again, if this data was released before)" if not
+                         public.get("budget_ledger") else "") + gate_note(transform))
+    if public.get("budget_ledger"):
+        lines.append(budget.summary_line(public["budget_ledger"]))
     every = "every released step" if scheduled else "every step"
     lines += [f"records:      {public['records_path']} ({public['records']} records: every "
               + ("public key at " if public.get("public_keys") is not None else

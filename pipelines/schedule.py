@@ -64,7 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import engines, gate, io, logs, storage
+from pipelines import budget, engines, gate, io, logs, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
                                    ConcurrentRun, check_ledger, create_if_absent,
@@ -197,6 +197,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "records": stored, "release_id": transform.release_id,
             "published": published_folder(job, transform.release_id),
             "spent": "nothing (no newly complete step)"})
+    ledger_state = budget.charge(job, transform)  # its first run records it, once
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     manifest = job_run.release_manifest(transform)
     # the runs the gate refused before the release started, carried by every later run
@@ -244,8 +245,8 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "records": stored + [join(folder, "records-*.jsonl")],
             "published": published_folder(job, transform.release_id),
             "spent": "the release's budget (once for all T steps)" if released == 0 else
-                     "nothing new (the budget covers all T steps of this release)"},
-            result, folder)
+                     "nothing new (the budget covers all T steps of this release)",
+            "budget_ledger": ledger_state}, result, folder)
 
 
 def summarised(config_path: str, job, transform, summary: dict, result=None,
@@ -262,6 +263,7 @@ def summarised(config_path: str, job, transform, summary: dict, result=None,
     public.update({name: summary[name] for name in ("released_before", "released_after",
                                                     "new_steps", "spent")},
                   checkpointed=summary["records"], checkpoint=folder,
+                  budget_ledger=summary.get("budget_ledger"),
                   complete=summary["released_after"] >= job.steps.horizon)
     operator = None if result is None else job_run.operator_summary(result, folder, job,
                                                                      config_path)

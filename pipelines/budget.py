@@ -1,0 +1,346 @@
+"""A privacy budget that lasts: every release of a data source in one ledger, and a limit that
+refuses the release that would exceed it.
+
+    python3 -m pipelines.budget --config configs/my_job.yaml [--json]
+
+lists the source's releases in the current period and their total. A config opts in with
+
+    budget:
+      source: web-events          # shared by every config that releases this source's people
+      limit: {epsilon: 4}         # or {rho: 2}, or {epsilon: 4, delta: 1.0e-6}
+      period: year                # none (the default), day, month or year (UTC calendar)
+      ledger: /shared/ledgers     # default: <output.path>/.budget (one folder per host!)
+
+and every release of it (`pipelines.run`, `pipelines.schedule`, a streaming launch) is
+`charge`d before anything is claimed or published: the ledger's entries are verified, the
+release's budget is composed with theirs (`compose`), and the release is refused in one line
+when the total would exceed the limit; else it records itself as the next entry. A release
+already in the ledger (a scheduled or streaming continuation) records nothing new.
+
+The ledger of a source and period is `<ledger>/<source>/<period>/entry-NNNNNN.json`, entries
+numbered from 1, each created with the claims' create-if-absent (`transforms.durable`), so of
+two releases racing for entry n exactly one gets it; the other re-reads the ledger and is
+composed again (and refused if both do not fit). Each entry holds the SHA-256 of the one
+before it and a MAC keyed by the release secret (HMAC-SHA256 of the secret and the source):
+an entry edited, forged without the secret, deleted in the middle or renumbered is refused,
+and so is a ledger written under another secret. A release also leaves a receipt beside its
+claims (`<output.path>/.releases/budget-<source>-<period>-<release>.json`): a ledger deleted
+(or its last entries) while the output folder still holds receipts is refused. Two hosts with
+two ledger folders keep two ledgers: configs of one source must name one shared `ledger`
+(local or gs://).
+
+Composition, of the budgets the ledger holds (`ReleasePlan.budget_spent`: the whole release,
+key selection's delta and the input gate's share included):
+- a limit in epsilon: the releases' epsilons add (pure DP; a release with rho or delta cannot
+  be held by a pure limit and is refused);
+- a limit in rho: rhos add, a pure release counting epsilon^2 / 2 (Bun and Steinke,
+  "Concentrated Differential Privacy: Simplifications, Extensions, and Lower Bounds", Prop.
+  1.4 and Lemma 2.3); a delta cannot be held;
+- a limit (epsilon, delta): the tighter of basic composition (epsilons add, deltas add; zCDP
+  releases cannot take part) and zCDP composition (rhos add; the deltas the releases carry
+  besides rho add; epsilon = rho + 2 sqrt(rho ln(1 / delta_left)), Prop. 1.3 there).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import glob
+import hashlib
+import hmac
+import json
+import math
+import os
+import sys
+from typing import Dict, List, Optional
+
+from transforms.durable import create_if_absent
+from transforms.validation import fail
+
+PERIODS = ("none", "day", "month", "year")
+LIMIT_KINDS = ({"epsilon"}, {"rho"}, {"epsilon", "delta"})
+ENTRY = "entry-{:06d}.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSpec:
+    """A config's `budget:` section, checked (`spec_of`)."""
+    source: str
+    limit: Dict[str, float]
+    period: str = "none"
+    ledger: str = ""
+
+    def period_id(self, now: float) -> str:
+        """The calendar period (UTC) that holds time `now`: all, YYYY, YYYY-MM or YYYY-MM-DD."""
+        day = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).date().isoformat()
+        return {"none": "all", "year": day[:4], "month": day[:7], "day": day}[self.period]
+
+
+def spec_of(raw, output_path: str) -> Optional[BudgetSpec]:
+    """The `budget:` section of a config (None when absent), each error naming its field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"source", "limit", "period", "ledger"}:
+        fail("budget", "a mapping of source, limit and optionally period and ledger", raw)
+    source = raw.get("source")
+    if not isinstance(source, str) or not source or not all(
+            c.isalnum() or c in "._-" for c in source):
+        fail("budget.source", "a name of letters, digits, '.', '_' and '-'", source)
+    limit = raw.get("limit")
+    if not isinstance(limit, dict) or set(limit) not in LIMIT_KINDS or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf
+            for v in limit.values()) or limit.get("delta", 0.5) >= 1:
+        fail("budget.limit", "{epsilon: E}, {rho: R} or {epsilon: E, delta: D} with positive "
+                             "numbers (D < 1)", limit)
+    period = raw.get("period", "none")
+    if period not in PERIODS:
+        fail("budget.period", "one of " + ", ".join(repr(p) for p in PERIODS), period)
+    ledger = raw.get("ledger", f"{output_path.rstrip('/')}/.budget")
+    if not isinstance(ledger, str) or not ledger:
+        fail("budget.ledger", "a folder (local or gs://)", ledger)
+    return BudgetSpec(source, {k: float(v) for k, v in limit.items()}, period, ledger)
+
+
+# ----- composition ------------------------------------------------------------------------------
+def ledger_spend(spent: dict, selects: bool) -> dict:
+    """What a release's ledger entry holds of its `budget_spent`: {"epsilon"} (pure DP),
+    {"rho"} (zCDP), {"epsilon", "delta", "rho"} (rho-zCDP stated as (epsilon, delta)); a release
+    that selects its keys adds its selection's delta as "extra_delta" to a pure or zCDP budget,
+    and one whose (epsilon, delta) was split with the selection keeps (epsilon, delta) only."""
+    spent = {k: float(v) for k, v in spent.items() if v is not None}
+    if not selects or not spent.get("delta"):
+        return {k: v for k, v in spent.items() if k != "delta" or v}
+    if "rho" in spent and "epsilon" in spent:
+        return {"epsilon": spent["epsilon"], "delta": spent["delta"]}
+    main = {k: v for k, v in spent.items() if k != "delta"}
+    return dict(main, extra_delta=spent["delta"])
+
+
+def _rho(spend: dict) -> Optional[float]:
+    """A spend's zCDP rho (pure: epsilon^2 / 2), or None (approximate DP with no rho)."""
+    if "rho" in spend:
+        return spend["rho"]
+    if "delta" not in spend:
+        return spend["epsilon"] ** 2 / 2
+    return None
+
+
+def _approximate(spend: dict):
+    """A spend's (epsilon, delta), or None (zCDP stated by rho alone)."""
+    if "epsilon" not in spend:
+        return None
+    return spend["epsilon"], spend.get("delta", 0.0) + spend.get("extra_delta", 0.0)
+
+
+def compose(spends: List[dict], limit: Dict[str, float]) -> dict:
+    """The total of `spends` (`ledger_spend`s) in the limit's terms: {"epsilon": E} (pure),
+    {"rho": R}, or {"epsilon": E, "delta": D} (the tighter of basic and zCDP composition at the
+    limit's delta); a total that cannot be stated in those terms is math.inf."""
+    inf = math.inf
+    if set(limit) == {"epsilon"}:
+        pure = all(set(s) == {"epsilon"} for s in spends)
+        return {"epsilon": sum(s["epsilon"] for s in spends) if pure else inf}
+    rhos = [_rho(s) for s in spends]
+    if set(limit) == {"rho"}:
+        held = None not in rhos and not any(s.get("extra_delta") for s in spends)
+        return {"rho": sum(rhos) if held else inf}
+    pairs = [_approximate(s) for s in spends]
+    basic = (sum(e for e, _ in pairs), sum(d for _, d in pairs)) if None not in pairs \
+        else (inf, 0.0)
+    if basic[1] > limit["delta"]:
+        basic = (inf, basic[1])
+    left = limit["delta"] - sum(s.get("extra_delta", 0.0) for s in spends)
+    concentrated = inf
+    if None not in rhos and left > 0:
+        rho = sum(rhos)
+        concentrated = rho + 2 * math.sqrt(rho * math.log(1 / left))
+    if basic[0] <= concentrated:
+        return {"epsilon": basic[0], "delta": basic[1]}
+    return {"epsilon": concentrated, "delta": limit["delta"]}
+
+
+def fits(total: dict, limit: Dict[str, float]) -> bool:
+    tolerance = 1e-9  # four releases of 1.0 fit a limit of 4.0 whatever the float sum
+    return all(total[k] <= limit[k] * (1 + tolerance) for k in limit)
+
+
+def text(budget: dict) -> str:
+    return ", ".join(f"{k}={budget[k]:.6g}" for k in ("epsilon", "rho", "delta", "extra_delta")
+                     if k in budget)
+
+
+def summary_line(state: dict) -> str:
+    """The ledger's line of a run summary (`charge`'s state)."""
+    period = "all time" if state["period"] == "all" else f"period {state['period']}"
+    return (f"budget:       source {state['source']!r} ({period}): {state['releases']} "
+            f"releases, {text(state['total'])} of limit {text(state['limit'])}")
+
+
+# ----- the ledger ------------------------------------------------------------------------------
+class Ledger:
+    """The entries of one source and period under `spec.ledger`, verified with `secret`."""
+
+    def __init__(self, spec: BudgetSpec, secret, now: float):
+        self.spec, self.period = spec, spec.period_id(now)
+        self.folder = f"{spec.ledger.rstrip('/')}/{spec.source}/{self.period}"
+        self.key = hmac.new(secret.secret_bytes(), b"dp-continual-release/budget-ledger/"
+                            + spec.source.encode("utf-8"), hashlib.sha256).digest()
+
+    def _mac(self, body: dict) -> str:
+        return hmac.new(self.key, json.dumps(body, sort_keys=True).encode("utf-8"),
+                        hashlib.sha256).hexdigest()
+
+    def entries(self) -> List[dict]:
+        """Every entry, verified: numbered 1..n, each MAC'd and chained to the one before."""
+        from apache_beam.io.filesystems import FileSystems
+        try:
+            found = sorted(m.path for m in FileSystems.match(
+                [f"{self.folder}/entry-*.json"])[0].metadata_list)
+        except Exception:  # noqa: BLE001 (no match: an empty ledger)
+            found = []
+        entries, previous = [], ""
+        for n, path in enumerate(found, start=1):
+            if path.rsplit("/", 1)[-1] != ENTRY.format(n):
+                fail("budget ledger", f"entries numbered 1..{len(found)} (entry {n} is missing: "
+                                      f"a deleted entry is never forgotten)", path)
+            with FileSystems.open(path) as handle:
+                data = handle.read()
+            try:
+                entry = json.loads(data.decode("utf-8"))
+                mac = entry.pop("mac")
+            except (ValueError, UnicodeDecodeError, AttributeError, KeyError, TypeError):
+                entry, mac = None, None
+            if not isinstance(entry, dict) or not isinstance(mac, str) or \
+                    not hmac.compare_digest(mac, self._mac(entry)) or entry.get("n") != n or \
+                    entry.get("previous") != previous:
+                fail("budget ledger", "entries written by this source's releases under this "
+                                      "secret (this one is edited, forged or of another "
+                                      "secret)", path)
+            entries.append(entry)
+            previous = hashlib.sha256(data).hexdigest()
+        self.head = previous
+        return entries
+
+    def entry_hash(self, n: int) -> Optional[str]:
+        from apache_beam.io.filesystems import FileSystems
+        path = f"{self.folder}/{ENTRY.format(n)}"
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path) as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+
+    def charge(self, release_id: str, job: str, transform: str, spent: dict,
+               now: float) -> dict:
+        """Records the release (unless it is in the ledger already) once its budget fits the
+        limit with every entry's; -> {entry, total, limit, new}. Refused in one line when it
+        does not fit."""
+        limit = self.spec.limit
+        if math.inf in compose([spent], limit).values():
+            fail("budget.limit", f"a kind of budget that holds this release's ({text(spent)}: "
+                                 f"a pure epsilon limit holds pure releases only, a rho limit "
+                                 f"no delta; {{epsilon, delta}} holds every kind)", text(limit))
+        while True:
+            entries = self.entries()
+            for entry in entries:
+                if entry["release_id"] == release_id:  # a continuation: recorded before
+                    return self._state(entry["n"], entries, False)
+            total = compose([e["spent"] for e in entries] + [spent], limit)
+            if not fits(total, limit):
+                before = compose([e["spent"] for e in entries], limit) if entries else \
+                    {k: 0.0 for k in limit}
+                fail("budget", f"within the limit of source {self.spec.source!r} "
+                               f"({self._period_text()}: spent {text(before)} by "
+                               f"{len(entries)} releases, asked {text(spent)}, limit "
+                               f"{text(limit)})", text(total))
+            body = {"n": len(entries) + 1, "release_id": release_id, "job": job,
+                    "transform": transform, "spent": spent, "previous": self.head,
+                    "at": datetime.datetime.fromtimestamp(
+                        now, datetime.timezone.utc).isoformat(timespec="seconds")}
+            data = json.dumps(dict(body, mac=self._mac(body)), sort_keys=True).encode("utf-8")
+            if create_if_absent(f"{self.folder}/{ENTRY.format(body['n'])}", data):
+                return self._state(body["n"], entries + [body], True)
+            # another release took entry n first: read the ledger again
+
+    def _period_text(self) -> str:
+        return "all time" if self.period == "all" else f"period {self.period}"
+
+    def _state(self, n: int, entries: List[dict], new: bool) -> dict:
+        return {"source": self.spec.source, "period": self.period, "entry": n, "new": new,
+                "releases": len(entries), "limit": dict(self.spec.limit),
+                "total": compose([e["spent"] for e in entries], self.spec.limit)}
+
+
+def receipt_path(output_path: str, spec: BudgetSpec, period: str, release_id: str) -> str:
+    return f"{output_path.rstrip('/')}/.releases/budget-{spec.source}-{period}-{release_id}.json"
+
+
+def check_receipts(ledger: Ledger, output_path: str) -> None:
+    """Every receipt the output folder holds for this source and period names an entry the
+    ledger holds with the same bytes: a ledger deleted, or cut short, is refused."""
+    pattern = receipt_path(output_path, ledger.spec, ledger.period, "*")
+    for path in sorted(glob.glob(pattern)) if "://" not in pattern else []:
+        with open(path, encoding="utf-8") as handle:
+            receipt = json.load(handle)
+        if ledger.entry_hash(receipt["entry"]) != receipt["sha256"]:
+            fail("budget ledger", f"holding entry {receipt['entry']} of release "
+                                  f"{receipt['release_id']} (its receipt is in "
+                                  f"{output_path}/.releases: the ledger was deleted or cut "
+                                  f"short, and what it held is never forgotten)",
+                 ledger.folder)
+
+
+def charge(job, transform, now: float = None) -> Optional[dict]:
+    """`Ledger.charge` of the job's release, when its config has a budget; the receipt beside
+    its claims. -> the ledger's state after it (public: budgets and counts of releases), or
+    None without a budget."""
+    spec = job.budget
+    if spec is None:
+        return None
+    now = datetime.datetime.now(datetime.timezone.utc).timestamp() if now is None else now
+    ledger = Ledger(spec, job.secret.ref(), now)
+    check_receipts(ledger, job.output.path)
+    spend = ledger_spend(transform.summary()["budget_spent"], transform.selects)
+    state = ledger.charge(transform.release_id, job.job, job.transform, spend, now)
+    if "://" not in job.output.path:
+        path = receipt_path(job.output.path, spec, ledger.period, transform.release_id)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        create_if_absent(path, json.dumps({
+            "release_id": transform.release_id, "entry": state["entry"],
+            "sha256": ledger.entry_hash(state["entry"])}, sort_keys=True).encode("utf-8"))
+    return state
+
+
+def main(argv=None) -> int:
+    from pipelines import config as job_config
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.budget",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        job = job_config.load(args.config)
+        if job.budget is None:
+            job_config.fail("budget", "given in the config (a source and a limit)", None)
+        now = datetime.datetime.now(datetime.timezone.utc).timestamp()
+        ledger = Ledger(job.budget, job.secret.ref(), now)
+        entries = ledger.entries()
+        check_receipts(ledger, job.output.path)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    total = compose([e["spent"] for e in entries], job.budget.limit)
+    if args.json:
+        print(json.dumps({"source": job.budget.source, "period": ledger.period,
+                          "limit": job.budget.limit, "total": total, "releases": entries},
+                         indent=2, sort_keys=True))
+        return 0
+    print(f"source {job.budget.source!r}, {ledger._period_text()}: {len(entries)} releases, "
+          f"total {text(total) if entries else 'nothing'} of limit {text(job.budget.limit)}")
+    for entry in entries:
+        print(f"  {entry['n']:>3}  {entry['at']}  {entry['job']:<20} {entry['transform']:<16}"
+              f" {entry['release_id']}  {text(entry['spent'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
