@@ -1,12 +1,14 @@
 """`pipelines.plan --config`: the streams a job releases, each planned with the arguments
 its descriptor gives (`plan_command.plan_arguments`), the row of the mechanism the job runs,
 and the job's input gate, from the job's release plan (`transforms.release_plan`: Beam-free,
-no secret).
+no secret); with a budget, what the release would bring its source's ledger to (read with
+the configured secret, nothing recorded).
 """
 from __future__ import annotations
 
 import json
 
+from pipelines import budget
 from pipelines import config as job_config
 from pipelines import gate as input_gate
 from pipelines import job_release
@@ -80,7 +82,8 @@ def plan_config(args, parse) -> dict:
     return {"config": args.config, "job": job.job, "transform": job.transform,
             "mechanism": job.mechanism.name if chosen == "auto" else
             {"name": job.mechanism.name, "params": job.mechanism.params},
-            "streams": streams, "gate": input_gate.plan_of(job, release)}
+            "streams": streams, "gate": input_gate.plan_of(job, release),
+            "budget": budget.preview(job, release.budget_spent, release.selects)}
 
 
 def config_json(planned: dict) -> dict:
@@ -108,6 +111,8 @@ def config_text(planned: dict) -> str:
                              if mechanism["params"] else ""))
     out = [f"job {planned['job']} ({planned['config']}): {planned['transform']}, mechanism "
            f"{configured}", input_gate.plan_text(planned.get("gate"))]
+    if planned.get("budget"):
+        out.append(budget.preview_text(planned["budget"]))
     for stream in planned["streams"]:
         plan, runs = stream["plan"], stream["runs"]
         label = f"{stream['label']}: " if stream["label"] else ""

@@ -71,11 +71,13 @@ def build_transform(job: job_config.JobConfig, secret: SecretRef = None, release
         secret_fingerprint=secret_fingerprint, checkpoint=checkpoint)
 
 
-def release_manifest(transform) -> dict:
-    """What the public folder says about its release (no secret, no data-dependent count)."""
+def release_manifest(transform, ledger: dict = None) -> dict:
+    """What the public folder says about its release (no secret, no data-dependent count);
+    `ledger`: its source's budget ledger after it (`budget.charge`)."""
     display = {k: v for k, v in transform.display_data().items() if k != "secret"}
     return {"release_id": transform.release_id, "private": transform.private,
-            "descriptor": transform.descriptor, "display": display}
+            "descriptor": transform.descriptor, "display": display,
+            **({"budget": ledger} if ledger else {})}
 
 
 def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=None,
@@ -90,16 +92,14 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
     if passed is not None:  # every output of the transform waits for the job's claim
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
-    # records (one per public key and step) + dead letters
-    verdict = gate.decide(pipeline, gate.Gate.of(job, transform.plan, private=transform.noisy),
-                          transform, elements, dead,
-                          dead + [result.dead_letters], after=passed)
+    verdict = gate.decide(  # of records (one per public key and step) + dead letters
+        pipeline, gate.Gate.of(job, transform.plan, private=transform.noisy), transform,
+        elements, dead, dead + [result.dead_letters], after=passed)
     records = gate.gated(result.records, verdict, "InputGate")
     # the same records, once the input's dead letters passed the gate (else the job fails)
     writes = io.write_records(records, job,
                               os.path.join(public_folder or job.public_path, "records"))
-    # file names of the records, per format
-    dead_letters = dead + [result.dead_letters]
+    dead_letters = dead + [result.dead_letters]  # (writes: file names, per format)
     if passed is not None:
         dead_letters = [commit.guarded(dead + [result.dead_letters]
                                        | "AllDeadLettersChecked" >> beam.Flatten(), passed,
@@ -109,7 +109,7 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
     return writes
 
 
-def build_release(pipeline, job: job_config.JobConfig, transform, staging) -> None:
+def build_release(pipeline, job: job_config.JobConfig, transform, staging, ledger=None):
     """`build` into the staging folders, then the job's last stage commits them (release.json,
     the operator README and summary, the swap of the output sets) once every write finished:
     the job commits itself, also when its launcher does not wait for it (a Flex Template)."""
@@ -117,8 +117,8 @@ def build_release(pipeline, job: job_config.JobConfig, transform, staging) -> No
                                                          staging.root),
                           "ClaimRelease") if transform.private else None
     writes = build(pipeline, job, transform, staging.public, staging.operator, passed)
-    commit.after_writes(pipeline, writes, commit.CommitRun(staging, release_manifest(transform),
-                                                           transform.private),
+    commit.after_writes(pipeline, writes, commit.CommitRun(
+        staging, release_manifest(transform, ledger), transform.private),
                         "CommitRelease", execution=passed)
 
 
@@ -203,7 +203,7 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
             return 2
         staging = commit.OutputStaging(job)  # finishes or removes what killed runs left
         pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
-        build_release(pipeline, job, transform, staging)
+        build_release(pipeline, job, transform, staging, ledger)
         try:
             result = pipeline.run()
             if commit.staged_only(beam_args):
@@ -271,7 +271,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                 transform, continuation = continued_stream(job, checkpoint)
             else:
                 transform = build_transform(job, secret, checkpoint=checkpoint)
-            budget.charge(job, transform)  # (a continuation is in the ledger already)
+            ledger = budget.charge(job, transform)  # (a continuation: in the ledger already)
         except ValueError as error:
             print(f"error: {gate.one_line(error)}", file=sys.stderr)
             return 2
@@ -285,7 +285,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                   f"republished from their checkpoints; all {job.steps.horizon} steps are "
                   f"published (the release is complete)", flush=True)
             return 0
-        manifest = dict(release_manifest(transform), input=io.input_binding(job),
+        manifest = dict(release_manifest(transform, ledger), input=io.input_binding(job),
                         source=job.input.kind)
         pipeline = beam.Pipeline(options=options)
         expansion = stack.enter_context(kafka_local.ExpansionService()).address \

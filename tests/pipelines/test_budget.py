@@ -1,0 +1,287 @@
+"""The budget ledger (pipelines/budget.py): every release of a source is charged to one ledger
+before it publishes; a release that would exceed the limit is refused in one line; racing
+releases that together exceed it publish one; a deleted, edited or forged ledger is refused;
+the composition's closed forms."""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import multiprocessing
+import os
+import secrets
+
+import pytest
+import yaml
+
+from pipelines import budget
+from pipelines import run as job_run
+from pipelines.config import ConfigError, validate
+from transforms import SecretRef
+from transforms.validation import ValidationError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def config(tmp_path, limit: dict, name: str = "job", period: str = "none") -> str:
+    """configs/active_users.yaml (epsilon 1, pure) under a private secret from a file, its
+    releases charged to source `web-events`."""
+    secret = tmp_path / "secret"
+    if not secret.exists():
+        secret.write_text(secrets.token_hex(32))
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    raw.update(secret={"path": str(secret)}, output={"path": str(tmp_path / name),
+                                                     "formats": ["jsonl"]},
+               budget={"source": "web-events", "limit": limit, "period": period,
+                       "ledger": str(tmp_path / "ledger")})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def published(tmp_path, name: str = "job") -> int:
+    return len(glob.glob(str(tmp_path / name / ".releases" / "*.claim")))
+
+
+def test_runs_of_one_config_publish_until_the_limit_then_are_refused_in_one_line(
+        tmp_path, capsys):
+    """Under epsilon 2, a config spending epsilon 1 publishes two releases; the third is
+    refused before anything is claimed, in one line stating spent, asked and limit."""
+    path = config(tmp_path, {"epsilon": 2})
+    codes = [job_run.main(["--config", path]) for _ in range(3)]
+    assert codes == [0, 0, 2]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("error: `budget` must be within the limit of source 'web-events' (all "
+                       "time: spent epsilon=2 by 2 releases, asked epsilon=1, limit "
+                       "epsilon=2); got 'epsilon=3'.") and len(err[-1]) < 200
+    assert published(tmp_path) == 2
+    assert budget.main(["--config", path, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["total"] == {"epsilon": 2.0} and [e["n"] for e in listed["releases"]] == [1, 2]
+
+
+def test_ten_runs_under_epsilon_4_publish_four(tmp_path, capsys):
+    path = config(tmp_path, {"epsilon": 4})
+    codes = [job_run.main(["--config", path]) for _ in range(10)]
+    assert codes == [0] * 4 + [2] * 6 and published(tmp_path) == 4
+    refusals = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("error: `budget` must be within")]
+    assert len(refusals) == 6 and all("spent epsilon=4 by 4 releases" in r for r in refusals)
+
+
+def _charge(args):
+    """One process's charge of its release (`Ledger.charge`): True if recorded."""
+    folder, release_id, key = args
+    spec = budget.BudgetSpec("race", {"epsilon": 1.5}, "none", folder)
+    try:
+        budget.Ledger(spec, SecretRef(literal=key), 0.0).charge(
+            release_id, "job", "count", {"epsilon": 1.0}, 0.0)
+        return True
+    except ValidationError:
+        return False
+
+
+def test_two_releases_racing_for_a_limit_that_holds_one_record_exactly_one(tmp_path):
+    """20 trials of two processes charging at once (epsilon 1 each, limit 1.5): each trial
+    records exactly one; the other is refused."""
+    key = secrets.token_bytes(32)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        for trial in range(20):
+            folder = str(tmp_path / f"trial{trial}")
+            won = pool.map(_charge, [(folder, f"{trial}a" * 4, key),
+                                     (folder, f"{trial}b" * 4, key)])
+            assert sorted(won) == [False, True], (trial, won)
+            assert len(os.listdir(os.path.join(folder, "race", "all"))) == 1
+
+
+def _ledger(tmp_path, n: int = 3, key: bytes = b"k" * 32):
+    spec = budget.BudgetSpec("src", {"epsilon": 10.0}, "none", str(tmp_path / "ledger"))
+    ledger = budget.Ledger(spec, SecretRef(literal=key), 0.0)
+    for i in range(n):
+        ledger.charge(f"release{i}", "job", "count", {"epsilon": 1.0}, 0.0)
+    return ledger
+
+
+@pytest.mark.parametrize("attack,message", [
+    ("delete_middle", r"entries numbered 1..2 \(entry 2 is missing"),
+    ("edit", r"edited, forged or of another secret"),
+    ("forge", r"edited, forged or of another secret"),
+    ("renumber", r"edited, forged or of another secret"),
+])
+def test_a_deleted_edited_or_forged_entry_is_refused(tmp_path, attack, message):
+    ledger = _ledger(tmp_path)
+    entry = lambda n: os.path.join(ledger.folder, budget.ENTRY.format(n))  # noqa: E731
+    if attack == "delete_middle":
+        os.remove(entry(2))
+    elif attack == "edit":  # a release's spend made smaller
+        body = json.loads(open(entry(2)).read())
+        body["spent"] = {"epsilon": 0.1}
+        open(entry(2), "w").write(json.dumps(body, sort_keys=True))
+    elif attack == "forge":  # a valid entry under another secret
+        other = _ledger(tmp_path / "other", 3, key=b"x" * 32)
+        open(entry(3), "wb").write(open(os.path.join(other.folder, budget.ENTRY.format(3)),
+                                        "rb").read())
+    else:  # the last entry dropped and entry 2 replaced by it
+        os.replace(entry(3), entry(2))
+    with pytest.raises(ValidationError, match=message):
+        ledger.charge("new", "job", "count", {"epsilon": 1.0}, 0.0)
+
+
+def test_a_ledger_deleted_under_a_release_that_was_charged_is_refused(tmp_path, capsys):
+    """The receipt beside the release's claims outlives a deleted ledger: the next release of
+    the source is refused (and so is `pipelines.budget`), nothing claimed."""
+    path = config(tmp_path, {"epsilon": 3})
+    assert job_run.main(["--config", path]) == 0
+    for name in glob.glob(str(tmp_path / "ledger" / "web-events" / "all" / "*")):
+        os.remove(name)
+    assert job_run.main(["--config", path]) == 2
+    assert "`budget ledger` must be holding entry 1 of release " in capsys.readouterr().err
+    assert published(tmp_path) == 1
+    assert budget.main(["--config", path]) == 2
+
+
+def test_a_continuation_records_nothing_new_and_a_period_starts_afresh(tmp_path):
+    spec = budget.BudgetSpec("src", {"rho": 1.0}, "year", str(tmp_path / "ledger"))
+    key = SecretRef(literal=b"k" * 32)
+    now, next_year = 1_790_000_000.0, 1_790_000_000.0 + 366 * 86400
+    first = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
+    again = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
+    assert (first["entry"], first["new"], again["entry"], again["new"]) == (1, True, 1, False)
+    with pytest.raises(ValidationError, match=r"spent rho=0.75 by 1 releases, asked "
+                                              r"rho=0.5, limit rho=1\)"):
+        budget.Ledger(spec, key, now).charge("r2", "job", "count", {"rho": 0.5}, now)
+    later = budget.Ledger(spec, key, next_year).charge("r2", "job", "count", {"rho": 0.5},
+                                                       next_year)
+    assert (first["period"], later["period"], later["entry"]) == ("2026", "2027", 1)
+
+
+def _zcdp_epsilon(rho: float, delta: float) -> float:
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def _dp_accounting_epsilon(pairs, delta: float) -> float:
+    """dp_accounting's own composition of (epsilon, delta)-DP releases at `delta` (each one's
+    dominating privacy loss distribution, composed), computed here from its API."""
+    from dp_accounting.pld import common, privacy_loss_distribution as pld
+    total = None
+    for epsilon, own in pairs:
+        one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon, own),
+                                          value_discretization_interval=1e-4)
+        total = one if total is None else total.compose(one)
+    return total.get_epsilon_for_delta(delta)
+
+
+@pytest.mark.parametrize("spends,limit,expected", [
+    # pure: epsilons add
+    ([{"epsilon": 1.0}] * 3, {"epsilon": 4.0}, {"epsilon": 3.0}),
+    # zCDP: rhos add, a pure release counting epsilon^2 / 2
+    ([{"rho": 0.5}, {"epsilon": 1.0}], {"rho": 2.0}, {"rho": 1.0}),
+    # what a limit cannot hold
+    ([{"epsilon": 1.0, "delta": 1e-6}], {"epsilon": 4.0}, {"epsilon": math.inf}),
+    ([{"rho": 0.5, "extra_delta": 1e-7}], {"rho": 2.0}, {"rho": math.inf}),
+])
+def test_pure_and_zcdp_limits_add(spends, limit, expected):
+    assert budget.compose(spends, limit) == expected
+
+
+MIXED = [  # (spends, delta of the limit)
+    ([{"epsilon": 0.1}] * 40, 1e-6),  # many small pure releases
+    ([{"epsilon": 1.0}] * 4, 1e-6),
+    ([{"epsilon": 1.0, "delta": 1e-6, "rho": 0.0175}] * 3 + [{"epsilon": 0.5}], 1e-5),
+    ([{"epsilon": 1.0, "extra_delta": 1e-7}, {"epsilon": 2.0, "delta": 1e-6}], 1e-5),  # keys
+    ([{"rho": 0.05}] * 10 + [{"rho": 0.5, "extra_delta": 1e-7}], 1e-5),  # zCDP only
+]
+
+
+@pytest.mark.parametrize("spends,delta", MIXED)
+def test_approximate_composition_is_the_tightest_of_basic_zcdp_and_dp_accounting(spends,
+                                                                                 delta):
+    """The total at the limit's delta is the smallest of basic composition, zCDP composition
+    and dp_accounting's privacy loss distributions of the releases' (epsilon, delta) (zCDP
+    releases stated by rho alone take no part in the first and the last)."""
+    found = budget.compose(spends, {"epsilon": 100.0, "delta": delta})
+    pairs = [(s["epsilon"], s.get("delta", 0.0) + s.get("extra_delta", 0.0))
+             for s in spends if "epsilon" in s]
+    rhos = [s.get("rho", s.get("epsilon", 0.0) ** 2 / 2) for s in spends]
+    extra = sum(s.get("extra_delta", 0.0) for s in spends)
+    candidates = {"zCDP": _zcdp_epsilon(sum(rhos), delta - extra)}
+    if len(pairs) == len(spends):
+        candidates["privacy loss distributions"] = _dp_accounting_epsilon(pairs, delta)
+        if sum(d for _, d in pairs) <= delta:
+            candidates["basic composition"] = sum(e for e, _ in pairs)
+    best = min(candidates, key=candidates.get)
+    assert found["by"] == best and found["epsilon"] == pytest.approx(candidates[best],
+                                                                      rel=1e-9)
+    assert found["epsilon"] <= min(candidates.values()) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("spent,selects,entry", [
+    ({"epsilon": 1.0}, False, {"epsilon": 1.0}),
+    ({"rho": 0.5}, False, {"rho": 0.5}),
+    ({"epsilon": 1.0, "rho": 0.0175, "delta": 1e-6}, False,
+     {"epsilon": 1.0, "rho": 0.0175, "delta": 1e-6}),
+    ({"epsilon": 1.0, "delta": 1e-6}, True, {"epsilon": 1.0, "extra_delta": 1e-6}),
+    ({"rho": 0.5, "delta": 1e-6}, True, {"rho": 0.5, "extra_delta": 1e-6}),
+    ({"epsilon": 1.0, "rho": 0.0175, "delta": 1e-6}, True, {"epsilon": 1.0, "delta": 1e-6}),
+])
+def test_what_a_release_records(spent, selects, entry):
+    assert budget.ledger_spend(spent, selects) == entry
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"source": "a b", "limit": {"epsilon": 1}}, r"^`budget.source` must be a name"),
+    ({"source": "s", "limit": {"epsilon": 0}}, r"^`budget.limit` must be \{epsilon: E\}"),
+    ({"source": "s", "limit": {"delta": 1e-6}}, r"^`budget.limit` must be"),
+    ({"source": "s", "limit": {"epsilon": 1, "delta": 1}}, r"^`budget.limit` must be"),
+    ({"source": "s", "limit": {"rho": 1}, "period": "week"}, r"^`budget.period` must be one"),
+    ({"source": "s", "limit": {"rho": 1}, "owner": "x"}, r"^`budget` must be a mapping"),
+])
+def test_invalid_budget_sections_name_the_field(tmp_path, section, message):
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    raw.update(budget=section, secret={"seed": 1, "insecure": True})
+    with pytest.raises(ConfigError, match=message):
+        validate(raw)
+
+
+def test_a_budget_needs_a_configured_secret():
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    raw.update(budget={"source": "s", "limit": {"epsilon": 4}})
+    with pytest.raises(ConfigError, match=r"^`secret` must be configured \(env, path, "
+                                          r"gcp_secret or seed\) with a budget"):
+        validate(raw)
+
+
+def test_the_bundled_budget_config_is_active_users_with_a_budget(tmp_path, capsys):
+    from pipelines.config import load
+    bundled = load(os.path.join(ROOT, "configs", "budget", "web_events.yaml"))
+    plain = load(os.path.join(ROOT, "configs", "active_users.yaml"))
+    for part in ("transform", "steps", "privacy", "bounds", "public_keys", "mechanism"):
+        assert getattr(bundled, part) == getattr(plain, part), part
+    assert bundled.budget.source == "web-events" and bundled.budget.limit == {"epsilon": 3.0}
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "budget", "web_events.yaml")))
+    raw["output"]["path"] = str(tmp_path / "out")
+    path = tmp_path / "web_events.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert [job_run.main(["--config", str(path)]) for _ in range(2)] == [0, 0]
+    assert "budget:       source 'web-events' (period " in capsys.readouterr().out
+    assert budget.main(["--config", str(path), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["releases"]) == 1  # one release, run twice
+
+
+def test_a_scheduled_release_is_charged_once_across_its_runs(tmp_path):
+    """Its first run records the release; the runs that continue it record nothing new, so a
+    limit that holds one release holds all its runs; a second release of the source (another
+    config, its own state directory) is refused before it writes anything."""
+    from pipelines import schedule
+    path = config(tmp_path, {"epsilon": 1.5})
+    origin = 1767571200.0  # configs/active_users.yaml's origin
+    for hours in (4, 9, 20):
+        summary = schedule.run_once(path, str(tmp_path / "state"), origin + hours * 3600)
+        assert summary["public"]["budget_ledger"]["releases"] == 1
+    with pytest.raises(ValidationError, match=r"^`budget` must be within the limit of source "
+                                              r"'web-events' \(all time: spent epsilon=1 by 1 "
+                                              r"releases"):
+        schedule.run_once(config(tmp_path, {"epsilon": 1.5}, name="job2"),
+                          str(tmp_path / "state2"), origin + 4 * 3600)
+    assert not (tmp_path / "job2").exists() or not list((tmp_path / "job2").rglob("*.jsonl"))
