@@ -152,7 +152,7 @@ def fits(total: dict, limit: Dict[str, float]) -> bool:
 
 
 def text(budget: dict) -> str:
-    return ", ".join(f"{k}={budget[k]:.6g}" for k in ("epsilon", "rho", "delta", "extra_delta")
+    return ", ".join(f"{k}={budget[k]:.4g}" for k in ("epsilon", "rho", "delta", "extra_delta")
                      if k in budget)
 
 
@@ -164,34 +164,71 @@ def summary_line(state: dict) -> str:
 
 
 # ----- the ledger ------------------------------------------------------------------------------
-class Ledger:
-    """The entries of one source and period under `spec.ledger`, verified with `secret`."""
+RETRIES = 100  # entries lost to concurrent releases before a charge gives up (one line)
 
-    def __init__(self, spec: BudgetSpec, secret, now: float):
-        self.spec, self.period = spec, spec.period_id(now)
-        self.folder = f"{spec.ledger.rstrip('/')}/{spec.source}/{self.period}"
+
+class Ledger:
+    """The entries of one source and period under `spec.ledger`, verified with `secret`
+    (`period`: a period id, e.g. the one a continued release started in; default: `now`'s)."""
+
+    def __init__(self, spec: BudgetSpec, secret, now: float, period: str = None):
+        self.spec, self.period = spec, period or spec.period_id(now)
+        self.root = f"{spec.ledger.rstrip('/')}/{spec.source}"
+        self.folder = f"{self.root}/{self.period}"
         self.key = hmac.new(secret.secret_bytes(), b"dp-continual-release/budget-ledger/"
                             + spec.source.encode("utf-8"), hashlib.sha256).digest()
+        self.head = ""
 
     def _mac(self, body: dict) -> str:
         return hmac.new(self.key, json.dumps(body, sort_keys=True).encode("utf-8"),
                         hashlib.sha256).hexdigest()
 
+    def _read(self, path: str) -> Optional[bytes]:
+        from apache_beam.io.filesystems import FileSystems
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path) as handle:
+            return handle.read()
+
+    def terms(self, create: bool) -> None:
+        """The source's terms (its limit and period), fixed by its first release
+        (`<ledger>/<source>/terms.json`, MAC'd): a config of the source with other terms is
+        refused (its own limit or period would escape the others')."""
+        terms = {"limit": dict(sorted(self.spec.limit.items())), "period": self.spec.period}
+        path = f"{self.root}/terms.json"
+        data = self._read(path)
+        if data is None and create:
+            body = json.dumps(dict(terms, mac=self._mac(terms)), sort_keys=True)
+            if create_if_absent(path, body.encode("utf-8")):
+                return
+            data = self._read(path)
+        if data is None:
+            return
+        try:
+            found = json.loads(data.decode("utf-8"))
+            mac = found.pop("mac")
+        except (ValueError, UnicodeDecodeError, AttributeError, KeyError, TypeError):
+            found, mac = None, None
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, self._mac(found)):
+            fail("budget ledger", "terms written under this secret (edited, forged or of "
+                                  "another secret)", path)
+        if found != terms:
+            fail("budget", f"the terms source {self.spec.source!r} was started with (limit "
+                           f"{text(found['limit'])}, period {found['period']})",
+                 f"limit {text(terms['limit'])}, period {terms['period']}")
+
     def entries(self) -> List[dict]:
         """Every entry, verified: numbered 1..n, each MAC'd and chained to the one before."""
         from apache_beam.io.filesystems import FileSystems
-        try:
-            found = sorted(m.path for m in FileSystems.match(
-                [f"{self.folder}/entry-*.json"])[0].metadata_list)
-        except Exception:  # noqa: BLE001 (no match: an empty ledger)
-            found = []
+        self.terms(create=False)
+        found = sorted(m.path for m in FileSystems.match(
+            [f"{self.folder}/entry-*.json"])[0].metadata_list)  # (errors are not "empty")
         entries, previous = [], ""
         for n, path in enumerate(found, start=1):
             if path.rsplit("/", 1)[-1] != ENTRY.format(n):
                 fail("budget ledger", f"entries numbered 1..{len(found)} (entry {n} is missing: "
                                       f"a deleted entry is never forgotten)", path)
-            with FileSystems.open(path) as handle:
-                data = handle.read()
+            data = self._read(path) or b""
             try:
                 entry = json.loads(data.decode("utf-8"))
                 mac = entry.pop("mac")
@@ -209,12 +246,8 @@ class Ledger:
         return entries
 
     def entry_hash(self, n: int) -> Optional[str]:
-        from apache_beam.io.filesystems import FileSystems
-        path = f"{self.folder}/{ENTRY.format(n)}"
-        if not FileSystems.exists(path):
-            return None
-        with FileSystems.open(path) as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
+        data = self._read(f"{self.folder}/{ENTRY.format(n)}")
+        return None if data is None else hashlib.sha256(data).hexdigest()
 
     def charge(self, release_id: str, job: str, transform: str, spent: dict,
                now: float) -> dict:
@@ -223,10 +256,11 @@ class Ledger:
         does not fit."""
         limit = self.spec.limit
         if math.inf in compose([spent], limit).values():
-            fail("budget.limit", f"a kind of budget that holds this release's ({text(spent)}: "
-                                 f"a pure epsilon limit holds pure releases only, a rho limit "
-                                 f"no delta; {{epsilon, delta}} holds every kind)", text(limit))
-        while True:
+            fail("budget.limit", f"of a kind that holds this release ({text(spent)}; an "
+                                 f"epsilon limit holds pure releases, rho no delta)",
+                 text(limit))
+        self.terms(create=True)
+        for _ in range(RETRIES):
             entries = self.entries()
             for entry in entries:
                 if entry["release_id"] == release_id:  # a continuation: recorded before
@@ -235,9 +269,9 @@ class Ledger:
             if not fits(total, limit):
                 before = compose([e["spent"] for e in entries], limit) if entries else \
                     {k: 0.0 for k in limit}
-                fail("budget", f"within the limit of source {self.spec.source!r} "
-                               f"({self._period_text()}: spent {text(before)} by "
-                               f"{len(entries)} releases, asked {text(spent)}, limit "
+                fail("budget", f"within the limit of {self.spec.source!r} "
+                               f"({self._period_text()}: {len(entries)} releases spent "
+                               f"{text(before)}, this asks {text(spent)}, limit "
                                f"{text(limit)})", text(total))
             body = {"n": len(entries) + 1, "release_id": release_id, "job": job,
                     "transform": transform, "spent": spent, "previous": self.head,
@@ -247,6 +281,8 @@ class Ledger:
             if create_if_absent(f"{self.folder}/{ENTRY.format(body['n'])}", data):
                 return self._state(body["n"], entries + [body], True)
             # another release took entry n first: read the ledger again
+        fail("budget ledger", f"an entry won within {RETRIES} tries (other releases of the "
+                              f"source took every one; run again)", self.folder)
 
     def _period_text(self) -> str:
         return "all time" if self.period == "all" else f"period {self.period}"
@@ -257,43 +293,63 @@ class Ledger:
                 "total": compose([e["spent"] for e in entries], self.spec.limit)}
 
 
-def receipt_path(output_path: str, spec: BudgetSpec, period: str, release_id: str) -> str:
-    return f"{output_path.rstrip('/')}/.releases/budget-{spec.source}-{period}-{release_id}.json"
+def receipts(output_path: str, source: str) -> List[dict]:
+    """The receipts of the source's releases in a local output folder (`charge`), each
+    checked to be one; a damaged one is refused in one line."""
+    found = []
+    for path in sorted(glob.glob(f"{output_path.rstrip('/')}/.releases/budget-*.json")):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                receipt = json.load(handle)
+            ok = isinstance(receipt, dict) and all(
+                isinstance(receipt.get(k), t) for k, t in (
+                    ("source", str), ("period", str), ("release_id", str), ("entry", int),
+                    ("sha256", str)))
+        except (OSError, ValueError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            fail("budget receipt", "one a release of the source wrote (damaged)", path)
+        if receipt["source"] == source:
+            found.append(receipt)
+    return found
 
 
-def check_receipts(ledger: Ledger, output_path: str) -> None:
-    """Every receipt the output folder holds for this source and period names an entry the
-    ledger holds with the same bytes: a ledger deleted, or cut short, is refused."""
-    pattern = receipt_path(output_path, ledger.spec, ledger.period, "*")
-    for path in sorted(glob.glob(pattern)) if "://" not in pattern else []:
-        with open(path, encoding="utf-8") as handle:
-            receipt = json.load(handle)
+def check_receipts(spec: BudgetSpec, secret, found: List[dict], now: float) -> None:
+    """Every receipt names an entry the ledger holds with the same bytes: a ledger deleted, or
+    cut short, under releases that were charged is refused."""
+    for receipt in found:
+        ledger = Ledger(spec, secret, now, receipt["period"])
         if ledger.entry_hash(receipt["entry"]) != receipt["sha256"]:
-            fail("budget ledger", f"holding entry {receipt['entry']} of release "
-                                  f"{receipt['release_id']} (its receipt is in "
-                                  f"{output_path}/.releases: the ledger was deleted or cut "
-                                  f"short, and what it held is never forgotten)",
-                 ledger.folder)
+            fail("budget ledger", f"holding entry {receipt['entry']} of period "
+                                  f"{receipt['period']} (a receipt names it: the ledger was "
+                                  f"deleted or cut short)", ledger.folder)
 
 
 def charge(job, transform, now: float = None) -> Optional[dict]:
-    """`Ledger.charge` of the job's release, when its config has a budget; the receipt beside
-    its claims. -> the ledger's state after it (public: budgets and counts of releases), or
-    None without a budget."""
+    """`Ledger.charge` of the job's release, when its config has a budget, in the period it
+    started in (a continuation of a release charged in an earlier period records nothing
+    new); its receipt beside its claims. -> the ledger's state after it (public: budgets and
+    counts of releases), or None without a budget."""
     spec = job.budget
     if spec is None:
         return None
     now = datetime.datetime.now(datetime.timezone.utc).timestamp() if now is None else now
-    ledger = Ledger(spec, job.secret.ref(), now)
-    check_receipts(ledger, job.output.path)
+    secret = job.secret.ref()
+    local = "://" not in job.output.path
+    found = receipts(job.output.path, spec.source) if local else []
+    check_receipts(spec, secret, found, now)
+    started = [r["period"] for r in found if r["release_id"] == transform.release_id]
+    ledger = Ledger(spec, secret, now, started[0] if started else None)
     spend = ledger_spend(transform.summary()["budget_spent"], transform.selects)
     state = ledger.charge(transform.release_id, job.job, job.transform, spend, now)
-    if "://" not in job.output.path:
-        path = receipt_path(job.output.path, spec, ledger.period, transform.release_id)
+    if local and state["new"]:
+        path = f"{job.output.path.rstrip('/')}/.releases/budget-{spec.source}-" \
+               f"{ledger.period}-{transform.release_id}.json"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         create_if_absent(path, json.dumps({
-            "release_id": transform.release_id, "entry": state["entry"],
-            "sha256": ledger.entry_hash(state["entry"])}, sort_keys=True).encode("utf-8"))
+            "source": spec.source, "period": ledger.period, "release_id": transform.release_id,
+            "entry": state["entry"], "sha256": ledger.entry_hash(state["entry"])},
+            sort_keys=True).encode("utf-8"))
     return state
 
 
@@ -337,7 +393,9 @@ def main(argv=None) -> int:
         now = datetime.datetime.now(datetime.timezone.utc).timestamp()
         ledger = Ledger(job.budget, job.secret.ref(), now)
         entries = ledger.entries()
-        check_receipts(ledger, job.output.path)
+        if "://" not in job.output.path:
+            check_receipts(job.budget, job.secret.ref(), receipts(
+                job.output.path, job.budget.source), now)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

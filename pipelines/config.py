@@ -564,11 +564,11 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      float(confidence),
                      SecretSpec(**secret, insecure=bool(insecure)),
                      OutputSpec(output["path"], tuple(formats)), postprocess,
-                     _budget(raw.get("budget"), output["path"], secret))
+                     _budget(raw.get("budget"), secret))
 
 
-def _budget(raw, output_path: str, secret: dict) -> Optional[BudgetSpec]:
-    spec = budget_spec_of(raw, output_path)
+def _budget(raw, secret: dict) -> Optional[BudgetSpec]:
+    spec = budget_spec_of(raw)
     if spec is not None and not any(secret.get(k) is not None for k in (
             "env", "path", "gcp_secret", "seed", "literal")):
         fail("secret", "configured (env, path, gcp_secret or seed) with a budget (the "

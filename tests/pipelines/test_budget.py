@@ -51,9 +51,9 @@ def test_runs_of_one_config_publish_until_the_limit_then_are_refused_in_one_line
     codes = [job_run.main(["--config", path]) for _ in range(3)]
     assert codes == [0, 0, 2]
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == ("error: `budget` must be within the limit of source 'web-events' (all "
-                       "time: spent epsilon=2 by 2 releases, asked epsilon=1, limit "
-                       "epsilon=2); got 'epsilon=3'.") and len(err[-1]) < 200
+    assert err[-1] == ("error: `budget` must be within the limit of 'web-events' (all time: 2 "
+                       "releases spent epsilon=2, this asks epsilon=1, limit epsilon=2); got "
+                       "'epsilon=3'.") and len(err[-1]) < 200
     assert published(tmp_path) == 2
     assert budget.main(["--config", path, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -66,7 +66,7 @@ def test_ten_runs_under_epsilon_4_publish_four(tmp_path, capsys):
     assert codes == [0] * 4 + [2] * 6 and published(tmp_path) == 4
     refusals = [line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("error: `budget` must be within")]
-    assert len(refusals) == 6 and all("spent epsilon=4 by 4 releases" in r for r in refusals)
+    assert len(refusals) == 6 and all("4 releases spent epsilon=4," in r for r in refusals)
 
 
 def _charge(args):
@@ -136,7 +136,8 @@ def test_a_ledger_deleted_under_a_release_that_was_charged_is_refused(tmp_path, 
     for name in glob.glob(str(tmp_path / "ledger" / "web-events" / "all" / "*")):
         os.remove(name)
     assert job_run.main(["--config", path]) == 2
-    assert "`budget ledger` must be holding entry 1 of release " in capsys.readouterr().err
+    assert "`budget ledger` must be holding entry 1 of period all (a receipt names it: the " \
+           "ledger was deleted or cut short)" in capsys.readouterr().err
     assert published(tmp_path) == 1
     assert budget.main(["--config", path]) == 2
 
@@ -148,7 +149,7 @@ def test_a_continuation_records_nothing_new_and_a_period_starts_afresh(tmp_path)
     first = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
     again = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
     assert (first["entry"], first["new"], again["entry"], again["new"]) == (1, True, 1, False)
-    with pytest.raises(ValidationError, match=r"spent rho=0.75 by 1 releases, asked "
+    with pytest.raises(ValidationError, match=r"1 releases spent rho=0.75, this asks "
                                               r"rho=0.5, limit rho=1\)"):
         budget.Ledger(spec, key, now).charge("r2", "job", "count", {"rho": 0.5}, now)
     later = budget.Ledger(spec, key, next_year).charge("r2", "job", "count", {"rho": 0.5},
@@ -236,6 +237,10 @@ def test_what_a_release_records(spent, selects, entry):
     ({"source": "s", "limit": {"epsilon": 1, "delta": 1}}, r"^`budget.limit` must be"),
     ({"source": "s", "limit": {"rho": 1}, "period": "week"}, r"^`budget.period` must be one"),
     ({"source": "s", "limit": {"rho": 1}, "owner": "x"}, r"^`budget` must be a mapping"),
+    ({"source": "s", "limit": {"rho": 1}}, r"^`budget.ledger` must be a folder \(local or "
+                                           r"gs://\) every config of the source names"),
+    ({"source": "s", "limit": {"epsilon": 10 ** 400}}, r"^`budget.limit` must be"),
+    ({"source": "s" * 41, "limit": {"rho": 1}}, r"^`budget.source` must be a name of up to"),
 ])
 def test_invalid_budget_sections_name_the_field(tmp_path, section, message):
     raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
@@ -246,7 +251,7 @@ def test_invalid_budget_sections_name_the_field(tmp_path, section, message):
 
 def test_a_budget_needs_a_configured_secret():
     raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
-    raw.update(budget={"source": "s", "limit": {"epsilon": 4}})
+    raw.update(budget={"source": "s", "limit": {"epsilon": 4}, "ledger": "/tmp/ledger"})
     with pytest.raises(ConfigError, match=r"^`secret` must be configured \(env, path, "
                                           r"gcp_secret or seed\) with a budget"):
         validate(raw)
@@ -279,9 +284,77 @@ def test_a_scheduled_release_is_charged_once_across_its_runs(tmp_path):
     for hours in (4, 9, 20):
         summary = schedule.run_once(path, str(tmp_path / "state"), origin + hours * 3600)
         assert summary["public"]["budget_ledger"]["releases"] == 1
-    with pytest.raises(ValidationError, match=r"^`budget` must be within the limit of source "
-                                              r"'web-events' \(all time: spent epsilon=1 by 1 "
-                                              r"releases"):
+    with pytest.raises(ValidationError, match=r"^`budget` must be within the limit of "
+                                              r"'web-events' \(all time: 1 releases spent "
+                                              r"epsilon=1,"):
         schedule.run_once(config(tmp_path, {"epsilon": 1.5}, name="job2"),
                           str(tmp_path / "state2"), origin + 4 * 3600)
     assert not (tmp_path / "job2").exists() or not list((tmp_path / "job2").rglob("*.jsonl"))
+
+
+def test_a_config_of_the_source_with_other_terms_is_refused(tmp_path, capsys):
+    """The source's first release fixes its limit and period: a config with a larger limit or
+    another period (whose ledger would be another folder) is refused, nothing recorded."""
+    assert job_run.main(["--config", config(tmp_path, {"epsilon": 2})]) == 0
+    for limit, period in (({"epsilon": 100}, "none"), ({"epsilon": 2}, "month")):
+        other = config(tmp_path, limit, name="other", period=period)
+        assert job_run.main(["--config", other]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: `budget` must be the terms source 'web-events' was "
+                              "started with (limit epsilon=2, period none); got 'limit ")
+        assert len(err) < 200
+    assert published(tmp_path, "other") == 0
+
+
+def test_a_release_continued_in_a_later_period_stays_charged_to_its_first(tmp_path):
+    """A scheduled release started in one year and continued in the next is charged once, to
+    the year it started in; the next year's ledger holds nothing of it."""
+    from pipelines import schedule
+    path = config(tmp_path, {"epsilon": 1.5}, period="year")
+    origin = 1767571200.0  # 2026-01-05
+    import datetime as dt
+    real = dt.datetime
+
+    class _NextYear(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return real(2027, 2, 1, tzinfo=dt.timezone.utc)
+
+    first = schedule.run_once(path, str(tmp_path / "state"), origin + 4 * 3600)
+    assert first["public"]["budget_ledger"]["period"] == "2026"
+    budget.datetime.datetime = _NextYear
+    try:
+        later = schedule.run_once(path, str(tmp_path / "state"), origin + 9 * 3600)
+    finally:
+        budget.datetime.datetime = real
+    assert (later["public"]["budget_ledger"]["period"],
+            later["public"]["budget_ledger"]["entry"]) == ("2026", 1)
+    assert not (tmp_path / "ledger" / "web-events" / "2027").exists()
+
+
+def test_receipts_of_another_source_and_damaged_ones(tmp_path, capsys):
+    """A source named like another's prefix does not read its receipts; a damaged receipt is
+    one line."""
+    path = config(tmp_path, {"epsilon": 3})
+    raw = yaml.safe_load(open(path))
+    raw["budget"]["source"] = "web-events-all"
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+    assert job_run.main(["--config", str(other)]) == 0
+    assert job_run.main(["--config", path]) == 0  # its ledger holds none of those receipts
+    receipt = glob.glob(str(tmp_path / "job" / ".releases" / "budget-web-events-all-*"))[0]
+    open(receipt, "w").write("{}")
+    assert job_run.main(["--config", path]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "error: `budget receipt` must be one a release of the source wrote (damaged); got ")
+
+
+def test_a_ledger_that_cannot_be_listed_is_an_error_not_an_empty_ledger(tmp_path, monkeypatch):
+    from apache_beam.io.filesystems import FileSystems
+    ledger = _ledger(tmp_path, 1)
+
+    def refused(patterns):
+        raise OSError("403 Forbidden")
+    monkeypatch.setattr(FileSystems, "match", refused)
+    with pytest.raises(OSError, match="403"):
+        ledger.charge("new", "job", "count", {"epsilon": 1.0}, 0.0)
