@@ -266,6 +266,7 @@ def test_the_bundled_budget_config_is_active_users_with_a_budget(tmp_path, capsy
     assert bundled.budget.source == "web-events" and bundled.budget.limit == {"epsilon": 3.0}
     raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "budget", "web_events.yaml")))
     raw["output"]["path"] = str(tmp_path / "out")
+    raw["budget"]["ledger"] = str(tmp_path / "ledger")
     path = tmp_path / "web_events.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert [job_run.main(["--config", str(path)]) for _ in range(2)] == [0, 0]
@@ -358,3 +359,21 @@ def test_a_ledger_that_cannot_be_listed_is_an_error_not_an_empty_ledger(tmp_path
     monkeypatch.setattr(FileSystems, "match", refused)
     with pytest.raises(OSError, match="403"):
         ledger.charge("new", "job", "count", {"epsilon": 1.0}, 0.0)
+
+
+@pytest.mark.slow  # 20 trials of two batch jobs at once: about 50 s
+def test_two_launches_racing_for_a_limit_that_holds_one_publish_one(tmp_path):
+    """20 trials: two `pipelines.run` processes of one config (epsilon 1 each) start together
+    under a limit of 1.5: exactly one exits 0 and publishes, the other exits 2 in one line."""
+    import subprocess
+    import sys
+    for trial in range(20):
+        folder = tmp_path / f"t{trial}"
+        folder.mkdir()
+        path = config(folder, {"epsilon": 1.5})
+        jobs = [subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path],
+                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+        codes = sorted(job.wait(120) for job in jobs)
+        assert codes == [0, 2], (trial, [job.stderr.read()[-300:] for job in jobs])
+        assert published(folder) == 1
