@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from pipelines.budget_spec import BudgetSpec, spec_of as budget_spec_of
+from transforms.budget_ledger import BudgetSpec, spec_of as budget_spec_of
 from transforms import registry
 from transforms.accountant import MAX_GATE_SHARE
 from transforms.secret import SecretRef, check_gcp_secret

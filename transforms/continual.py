@@ -21,11 +21,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import time
 from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
 
 from transforms import validation as check
+from transforms.budget_ledger import BudgetSpec, Ledger, ledger_spend
 from transforms.census import CheckCensus, WriteCensus, census_of
 from transforms.claims import (ClaimOnce, Claimed, NothingLater, WindowClaims, claim_of,
                                guard, guarded)
@@ -56,11 +58,14 @@ class ContinualBase(beam.PTransform):
                  noise_source=None, insecure: bool = False,
                  secret_fingerprint: Optional[str] = None, claims: Optional[str] = None,
                  checkpoint: Optional[str] = None, label: Optional[str] = None,
-                 spec: Optional[ReleaseSpec] = None, **choices):
+                 spec: Optional[ReleaseSpec] = None, ledger: Optional[BudgetSpec] = None,
+                 **choices):
         """`choices`: a `ReleaseSpec`'s fields and the statistic's bounds (what is released),
         or `spec`, the spec itself; the rest says how it runs: the secret (`secret`, or for
         insecure demos and tests `seed` / `noise_source`), where a private release claims its
-        steps (`claims`) and, on unbounded input, where it checkpoints (`checkpoint`)."""
+        steps (`claims`), on unbounded input where it checkpoints (`checkpoint`), and the
+        source's budget ledger it is charged to when applied (`ledger`, with `claims`:
+        `transforms.budget_ledger`; refused there when it would exceed the limit)."""
         super().__init__(label)
         if spec is None:  # (a subclass is its own release: its name is in the descriptor)
             spec = ReleaseSpec.of(self.statistic, name=type(self).__name__, **choices)
@@ -69,6 +74,10 @@ class ContinualBase(beam.PTransform):
                        spec.statistic if not choices else sorted(choices))
         self._bind(plan_release(spec), secret, seed, noise_source, insecure,
                    secret_fingerprint, claims, checkpoint)
+        if ledger is not None and (claims is None or not isinstance(ledger, BudgetSpec)):
+            check.fail("ledger", "a BudgetSpec, with `claims` (a private release's folder)",
+                       ledger)
+        self.ledger, self.ledger_state = ledger, None
 
     def _bind(self, plan: ReleasePlan, secret, seed, noise_source, insecure,
               secret_fingerprint, claims, checkpoint, release_id: Optional[str] = None):
@@ -296,6 +305,11 @@ class ContinualBase(beam.PTransform):
         self._claim()
         window = self._window or StepWindow.whole(self.steps)
         self._check_continuation(window, events.pipeline)
+        if getattr(self, "ledger", None) is not None:  # before anything is claimed (a mean's
+            now = time.time()                           # parts are charged as the mean)
+            self.ledger_state = Ledger(self.ledger, self.secret, now).charge(
+                self.release_id, type(self).__name__, self.statistic,
+                ledger_spend(self.plan.budget_spent, self.plan.selects), now)
         passed = None  # the singleton of the window's claim: nothing leaves before it
         if isinstance(self._claims, Claimed):  # claimed by the caller, for all its writes
             passed = self._claims.passed
