@@ -57,6 +57,7 @@ def test_runs_of_one_config_publish_until_the_limit_then_are_refused_in_one_line
     assert listed["total"] == {"epsilon": 2.0} and [e["n"] for e in listed["releases"]] == [1, 2]
 
 
+@pytest.mark.slow  # the first test's rule, ten times (the figure): about 10 s
 def test_ten_runs_under_epsilon_4_publish_four(tmp_path, capsys):
     path = config(tmp_path, {"epsilon": 4})
     codes = [job_run.main(["--config", path]) for _ in range(10)]
