@@ -5,7 +5,6 @@ through a TaskManager's kill. Needs `python3 -m pipelines.engines fetch` (flink,
 kafka-expansion)."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from pipelines import engines
-from pipelines import run as job_run
+from tests.support import live as live_support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -152,28 +151,18 @@ def _check_against_batch(tmp_path, origin: float, horizon: int, sent: list,
     sent on time (same seed); the late event and the off-key one are dead letters (written
     again when Flink `restored` the job from a checkpoint taken before it wrote them: at least
     once). -> the published records."""
-    steps = tmp_path / "live" / "active-users-live" / "steps"
-    live = [json.loads(line) for s in range(horizon)
-            for line in open(steps / f"step-{s:08d}.jsonl")]
-    assert [(r["step"], r["key"]) for r in live] == [
-        (s, k) for s in range(horizon) for k in sorted(KEYS)]
+    live = live_support.published_records(tmp_path / "live" / "active-users-live", horizon,
+                                          KEYS)
     operator = tmp_path / "live" / "active-users-live-operator"
     summary = json.load(open(operator / "summary.json"))
-    dead = {json.dumps(json.loads(line), sort_keys=True) for path in glob.glob(
-        str(operator / "dead_letters-*.jsonl")) for line in open(path)}
+    dead = {json.dumps(d, sort_keys=True) for d in live_support.dead_letters(operator)}
     assert sorted(json.loads(d)["code"] for d in dead) == ["late", "not_public_key"], dead
     assert summary["steps_published"] == horizon
     if not restored:
         assert summary["dead_letters"] == {"late": 1, "not_public_key": 1}, summary
-    data = tmp_path / "events.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = _config(tmp_path, "batch", origin, horizon, {
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
-        "max_dead_letter_fraction": 1.0})
-    assert job_run.main(["--config", batch_config]) == 0
-    batch = [json.loads(line) for path in glob.glob(
-        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
-    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # bit for bit
+    assert live == live_support.batch_records(  # bit for bit
+        tmp_path, lambda source: _config(tmp_path, "batch", origin, horizon, source), sent,
+        FIELDS)
     return live
 
 

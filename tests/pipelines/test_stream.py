@@ -15,6 +15,7 @@ import yaml
 
 from pipelines import run as job_run
 from pipelines.emulator import Heartbeats
+from tests.support import live as live_support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE, HORIZON, LATENESS = 2.0, 5, 0.5
@@ -87,14 +88,10 @@ def run_live(emulator, tmp_path, pause=()):
 def check_against_batch(tmp_path, origin, sent):
     """The published steps: one record per public key per step, equal bit for bit to the
     batch job's records of the events sent on time (same seed); one late dead letter."""
-    steps_folder = tmp_path / "live" / "active-users-live" / "steps"
-    live = [json.loads(line) for s in range(HORIZON)
-            for line in open(steps_folder / f"step-{s:08d}.jsonl")]
-    assert [(r["step"], r["key"]) for r in live] == [
-        (s, k) for s in range(HORIZON) for k in sorted(KEYS)]
+    live = live_support.published_records(tmp_path / "live" / "active-users-live", HORIZON,
+                                          KEYS)
     operator = tmp_path / "live" / "active-users-live-operator"
-    dead = [json.loads(line) for path in glob.glob(str(operator / "dead_letters-*.jsonl"))
-            for line in open(path)]
+    dead = live_support.dead_letters(operator)
     # published two steps after its step's end: late by Pub/Sub's clock, however far behind
     # the job's watermark is (a silent source stops it)
     late = [d for d in dead if d["code"] == "late"]
@@ -106,15 +103,8 @@ def check_against_batch(tmp_path, origin, sent):
     summary = json.load(open(operator / "summary.json"))
     assert summary["steps_published"] == HORIZON and summary["dead_letters"] == {
         "late": 1, "not_public_key": 1}
-    data = tmp_path / "events.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {  # a streaming job has no gate
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
-        "max_dead_letter_fraction": 1.0})
-    assert job_run.main(["--config", batch_config]) == 0
-    batch = [json.loads(line) for path in glob.glob(
-        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
-    assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))  # bit for bit
+    assert live == live_support.batch_records(  # bit for bit
+        tmp_path, lambda source: write_config(tmp_path, "batch", origin, source), sent, FIELDS)
 
 
 def test_a_streaming_job_publishes_each_step_once_and_equals_the_batch_run(emulator, tmp_path):
@@ -222,18 +212,14 @@ def _wait_for(path, deadline: float) -> bool:
 
 def batch_records(tmp_path, origin, sent, horizon):
     """The records of one batch run of the live job's config over the events `sent` (the same
-    seed; no input gate: a streaming job has none)."""
-    data = tmp_path / "events.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in sent))
-    batch_config = write_config(tmp_path, "batch", origin, {
-        "path": str(data), "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS,
-        "max_dead_letter_fraction": 1.0})
-    raw = yaml.safe_load(open(batch_config))
-    raw["steps"]["horizon"] = horizon
-    open(batch_config, "w").write(yaml.safe_dump(raw))
-    assert job_run.main(["--config", batch_config]) == 0
-    return [json.loads(line) for path in glob.glob(
-        str(tmp_path / "batch" / "active-users-live" / "records-*.jsonl")) for line in open(path)]
+    seed; no input gate: a streaming job has none), over `horizon` steps."""
+    def config_of(source):
+        path = write_config(tmp_path, "batch", origin, source)
+        raw = yaml.safe_load(open(path))
+        raw["steps"]["horizon"] = horizon
+        open(path, "w").write(yaml.safe_dump(raw))
+        return path
+    return live_support.batch_records(tmp_path, config_of, sent, FIELDS)
 
 
 class Publisher:
