@@ -50,8 +50,10 @@ def fast_column(kind: str, column, timestamp_format: str):
         seconds = raw.astype(np.float64) / UNITS_PER_SECOND[kind_of.unit]
         return exact & id_mask(whole) & (seconds >= low) & (seconds <= high), seconds
     if integer or (pa.types.is_floating(kind_of) and not pa.types.is_float16(kind_of)):
-        mask = number_mask(column)  # float(cell) (both formats), then the years 1 to 9999
+        mask = number_mask(column)  # float(cell) (every format), then the years 1 to 9999
         seconds = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+        if timestamp_format == "milliseconds":  # float(cell) / 1000.0, as `parse_cell`
+            seconds = seconds / 1000.0
         with np.errstate(invalid="ignore"):
             return mask & (seconds >= low) & (seconds <= high), seconds
     return None

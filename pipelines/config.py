@@ -89,6 +89,8 @@ def resolve_path(path: str) -> str:
 
 
 UNBOUNDED_KINDS = ("pubsub", "kafka")
+# iso: ISO-8601 text (or epoch seconds as numbers); seconds / milliseconds: epoch numbers
+TIMESTAMP_FORMATS = ("iso", "seconds", "milliseconds")
 PUBSUB_SETTINGS = ("subscription", "timestamp_attribute", "id_attribute")
 KAFKA_SETTINGS = ("bootstrap_servers", "topic")
 
@@ -360,8 +362,9 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if not isinstance(column, str) or not column:
             fail(f"input.fields.{role}", "a column name", column)
     timestamp_format = source.get("timestamp_format", "iso")
-    if timestamp_format not in ("iso", "seconds"):
-        fail("input.timestamp_format", "one of 'iso', 'seconds'", timestamp_format)
+    if timestamp_format not in TIMESTAMP_FORMATS:
+        fail("input.timestamp_format", "one of 'iso', 'seconds', 'milliseconds'",
+             timestamp_format)
     types = dict(_section(source.get("types") or {}, "input.types",
                           registry.SPECS[transform].roles))
     for role, kind in types.items():

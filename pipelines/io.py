@@ -52,13 +52,17 @@ def parse_cell(name: str, kind: str, cell, timestamp_format: str = "iso"):
     if isinstance(cell, str) and not is_text(cell):
         fail(name, TEXT_CONDITION, cell, BadText)
     if kind == "timestamp":
+        low, high = job_config.TIME_RANGE
         try:
             seconds = parse_cell(name, "float", cell) if timestamp_format == "seconds" else \
-                job_config.parse_time(name, cell)
+                parse_cell(name, "float", cell) / 1000.0 if timestamp_format == "milliseconds" \
+                else job_config.parse_time(name, cell)
         except OverflowError:  # an int beyond the floats
             seconds = math.inf
-        if not job_config.TIME_RANGE[0] <= seconds <= job_config.TIME_RANGE[1]:
-            fail(name, "a time in the years 1 to 9999", cell)
+        if not low <= seconds <= high:
+            hint = " (milliseconds? set input.timestamp_format: milliseconds)" if \
+                timestamp_format != "milliseconds" and high < seconds <= high * 1000 else ""
+            fail(name, "a time in the years 1 to 9999" + hint, cell)
         return seconds
     if kind == "float":
         number = float(cell) if isinstance(cell, str) and _FLOAT.fullmatch(cell) else cell

@@ -86,6 +86,11 @@ def times(rng, n, kind):
                          for m in micros])
     if kind == "seconds_int":
         return pa.array([m // 10 ** 6 for m in micros], type=pa.int64())
+    if kind == "milliseconds_int":  # (and a few in seconds: wrong, dead letters both ways)
+        return pa.array([m // 1000 if rng.random() < 0.9 else m // 10 ** 6 for m in micros],
+                        type=pa.int64())
+    if kind == "milliseconds_float":
+        return pa.array([rng.choice([m / 1e3, m / 1e3, float("nan"), 1e300]) for m in micros])
     if kind == "iso_text":
         return pa.array([datetime.datetime.fromtimestamp(m / 1e6, datetime.timezone.utc)
                          .isoformat() if rng.random() < 0.9 else "not a time"
@@ -100,7 +105,7 @@ def ids(rng, n, strings):
 
 
 TIME_KINDS = ["timestamp_us", "timestamp_ms_naive", "seconds_float", "seconds_int",
-              "iso_text"]
+              "milliseconds_int", "milliseconds_float", "iso_text"]
 
 
 @pytest.mark.parametrize("time_kind", TIME_KINDS)
@@ -110,7 +115,8 @@ def test_count_batches_equal_rows(tmp_path, time_kind, seed):
     n = rng.randrange(1, 250)
     table = pa.table({"ts": times(rng, n, time_kind), "user": ids(rng, n, rng.random() < 0.5),
                       "region": ids(rng, n, strings=True)})
-    fmt = "seconds" if time_kind.startswith("seconds") and rng.random() < 0.7 else "iso"
+    fmt = "seconds" if time_kind.startswith("seconds") and rng.random() < 0.7 else \
+        "milliseconds" if time_kind.startswith("milliseconds") and rng.random() < 0.8 else "iso"
     spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "region"},
                   fmt)
     assert by_batches(spec, table) == by_rows(spec, table)

@@ -317,3 +317,25 @@ def test_the_bundled_kafka_stream_is_the_pubsub_one_read_from_kafka():
     assert (kafka_job.input.kind, kafka_job.input.topic) == ("kafka", "active-users")
     for part in ("steps", "privacy", "bounds", "public_keys", "mechanism"):
         assert getattr(kafka_job, part) == getattr(pubsub_job, part), part
+
+
+@pytest.mark.parametrize("fmt,cell,found", [
+    ("milliseconds", 1767571200123, 1767571200.123),
+    ("milliseconds", "1767571200123", 1767571200.123),
+    ("seconds", 1767571200.5, 1767571200.5),
+])
+def test_timestamps_in_seconds_or_milliseconds(fmt, cell, found):
+    from pipelines.io import parse_cell
+    assert validate(edited(("input", "timestamp_format"), fmt)).input.timestamp_format == fmt
+    assert parse_cell("ts", "timestamp", cell, fmt) == found
+
+
+@pytest.mark.parametrize("fmt", ["iso", "seconds"])
+def test_a_time_in_milliseconds_read_as_seconds_says_what_to_set(fmt):
+    from pipelines.io import parse_cell
+    with pytest.raises(ConfigError, match=r"^`ts` must be a time in the years 1 to 9999 "
+                                          r"\(milliseconds\? set input.timestamp_format: "
+                                          r"milliseconds\); got 1767571200123\.$"):
+        parse_cell("ts", "timestamp", 1767571200123, fmt)
+    with pytest.raises(ConfigError, match=r"years 1 to 9999; got 1e\+300\.$"):  # no hint
+        parse_cell("ts", "timestamp", 1e300, fmt)
