@@ -9,6 +9,20 @@ import pytest
 
 pytest_plugins = ["tests.support.pubsub"]  # the `emulator` fixture (the local Pub/Sub emulator)
 
+# the quick tier (`python3 -m pytest -m "quick and not slow"`, about 2 minutes on 2 cores): the
+# Beam-free cores, the layout and docs rules, the config and the release plans; no job runs
+QUICK = ("tests/mechanisms/", "tests/streams/", "tests/test_layout.py", "tests/test_readme.py",
+         "tests/test_registry.py", "tests/test_release_plan.py", "tests/test_accountant.py",
+         "tests/test_secret.py", "tests/test_key_state.py", "tests/test_budget_ledger.py",
+         "tests/test_doctests.py", "tests/pipelines/test_config.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(QUICK) or ("tests/" + path).startswith(QUICK):
+            item.add_marker(pytest.mark.quick)
+
 
 @pytest.fixture(autouse=True)
 def _quiet_beam_logs():
