@@ -40,8 +40,13 @@ from transforms.validation import fail
 def summary_line(state: dict) -> str:
     """The ledger's line of a run summary (`charge`'s state)."""
     period = "all time" if state["period"] == "all" else f"period {state['period']}"
-    return (f"budget:       source {state['source']!r} ({period}): {state['releases']} "
-            f"releases, {text(state['total'])} of limit {text(state['limit'])}")
+    return (f"budget:       source {state['source']!r} ({period}): "
+            f"{releases(state['releases'])}, {text(state['total'])} of limit "
+            f"{text(state['limit'])}")
+
+
+def releases(count: int) -> str:
+    return f"{count} release" + ("" if count == 1 else "s")
 
 
 def receipts(output_path: str, source: str) -> List[dict]:
@@ -123,7 +128,7 @@ def preview(job, spent: dict, selects: bool, now: float = None) -> Optional[dict
 
 def preview_text(state: dict) -> str:
     period = "all time" if state["period"] == "all" else f"period {state['period']}"
-    where = f"source {state['source']!r} ({period}, {state['releases']} releases so far)"
+    where = f"source {state['source']!r} ({period}, {releases(state['releases'])} so far)"
     if not state["fits"]:
         return (f"budget: this release ({text(state['asked'])}) would exceed the limit of "
                 f"{where}: {text(state['total'])} > {text(state['limit'])}; it would be refused")
@@ -156,8 +161,10 @@ def main(argv=None) -> int:
                           "limit": job.budget.limit, "total": total, "releases": entries},
                          indent=2, sort_keys=True))
         return 0
-    print(f"source {job.budget.source!r}, {ledger._period_text()}: {len(entries)} releases, "
-          f"total {text(total) if entries else 'nothing'} of limit {text(job.budget.limit)}")
+    print(f"source {job.budget.source!r}, {ledger._period_text()}: {releases(len(entries))}"
+          + (f", total {text(total)} of limit {text(job.budget.limit)}" if entries else
+             f" charged yet (a release of a config naming it records one); limit "
+             f"{text(job.budget.limit)}"))
     for entry in entries:
         print(f"  {entry['n']:>3}  {entry['at']}  {entry['job']:<20} {entry['transform']:<16}"
               f" {entry['release_id']}  {text(entry['spent'])}")

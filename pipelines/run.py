@@ -87,8 +87,7 @@ def build(pipeline, job: job_config.JobConfig, transform=None, public_folder=Non
     written file names). With `passed` (a guard, `commit.guard`), nothing is written before
     the guard passed."""
     elements, dead = io.read_elements(pipeline, job)
-    # elements of the transform, timestamped with event time
-    transform = transform or build_transform(job)
+    transform = transform or build_transform(job)  # (elements: timestamped, event time)
     if passed is not None:  # every output of the transform waits for the job's claim
         transform.claimed_by(passed)
     result = elements | job.transform >> transform
@@ -639,10 +638,11 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
     if "keys_with_data" in summary:  # keys selected privately
         parts.append(f"{summary['keys_with_data']} keys with data (in the release so far), "
                      f"{summary['keys_selected']} of them selected")
-    dead = summary["dead_letters"]
-    shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4])
-    more = f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else ""
-    parts.append(f"{sum(dead.values())} dead letters" + (f" ({shown}{more})" if dead else ""))
+    dead, top = summary["dead_letters"], next(iter(summary["dead_letters"]), None)
+    shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4]) + (
+        f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else "") + (
+        f"; the first {top}: {summary.get('dead_letter_examples', {}).get(top, '')[:120]}")
+    parts.append(f"{sum(dead.values())} dead letters" + (f" ({shown})" if dead else ""))
     return ", ".join(parts)
 
 

@@ -82,7 +82,7 @@ def test_a_continuation_records_nothing_new_and_a_period_starts_afresh(tmp_path)
     first = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
     again = budget.Ledger(spec, key, now).charge("r1", "job", "count", {"rho": 0.75}, now)
     assert (first["entry"], first["new"], again["entry"], again["new"]) == (1, True, 1, False)
-    with pytest.raises(ValidationError, match=r"1 releases spent rho=0.75, this asks "
+    with pytest.raises(ValidationError, match=r"1 release\(s\) spent rho=0.75, this asks "
                                               r"rho=0.5, limit rho=1\)"):
         budget.Ledger(spec, key, now).charge("r2", "job", "count", {"rho": 0.5}, now)
     later = budget.Ledger(spec, key, next_year).charge("r2", "job", "count", {"rho": 0.5},

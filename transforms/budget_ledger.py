@@ -287,7 +287,7 @@ class Ledger:
                 before = compose([e["spent"] for e in entries], limit) if entries else \
                     {k: 0.0 for k in limit}
                 fail("budget", f"within the limit of {self.spec.source!r} "
-                               f"({self._period_text()}: {len(entries)} releases spent "
+                               f"({self._period_text()}: {len(entries)} release(s) spent "
                                f"{text(before)}, this asks {text(spent)}, limit "
                                f"{text(limit)})", text(total))
             body = {"n": len(entries) + 1, "release_id": release_id, "job": job,

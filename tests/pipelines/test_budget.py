@@ -49,7 +49,7 @@ def test_runs_of_one_config_publish_until_the_limit_then_are_refused_in_one_line
     assert codes == [0, 0, 2]
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("error: `budget` must be within the limit of 'web-events' (all time: 2 "
-                       "releases spent epsilon=2, this asks epsilon=1, limit epsilon=2); got "
+                       "release(s) spent epsilon=2, this asks epsilon=1, limit epsilon=2); got "
                        "'epsilon=3'.") and len(err[-1]) < 200
     assert published(tmp_path) == 2
     assert budget.main(["--config", path, "--json"]) == 0
@@ -64,7 +64,7 @@ def test_ten_runs_under_epsilon_4_publish_four(tmp_path, capsys):
     assert codes == [0] * 4 + [2] * 6 and published(tmp_path) == 4
     refusals = [line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("error: `budget` must be within")]
-    assert len(refusals) == 6 and all("4 releases spent epsilon=4," in r for r in refusals)
+    assert len(refusals) == 6 and all("4 release(s) spent epsilon=4," in r for r in refusals)
 
 
 def test_a_ledger_deleted_under_a_release_that_was_charged_is_refused(tmp_path, capsys):
@@ -137,7 +137,7 @@ def test_a_scheduled_release_is_charged_once_across_its_runs(tmp_path):
         summary = schedule.run_once(path, str(tmp_path / "state"), origin + hours * 3600)
         assert summary["public"]["budget_ledger"]["releases"] == 1
     with pytest.raises(ValidationError, match=r"^`budget` must be within the limit of "
-                                              r"'web-events' \(all time: 1 releases spent "
+                                              r"'web-events' \(all time: 1 release\(s\) spent "
                                               r"epsilon=1,"):
         schedule.run_once(config(tmp_path, {"epsilon": 1.5}, name="job2"),
                           str(tmp_path / "state2"), origin + 4 * 3600)

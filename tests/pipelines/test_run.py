@@ -491,3 +491,25 @@ def test_a_selecting_runs_summary_is_in_value_units_and_its_maxse_is_the_mechani
     assert public["max_se"] > 0
     assert public["max_se"] == pytest.approx(planned["runs"]["max_se"], rel=1e-12)
 
+
+
+def test_the_summary_shows_the_first_reason_of_the_most_common_dead_letter(tmp_path, capsys):
+    """Times in epoch milliseconds read as ISO/seconds: every record is a dead letter, and
+    the operator's line says what to set (the reason of its first dead letter)."""
+    import json as json_module
+    origin = 1767571200  # configs/active_users.yaml's origin
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json_module.dumps({"user": f"u{i}", "region": "apac",
+                                                 "ts": (origin + 60 * i) * 1000}) + "\n"
+                              for i in range(20)))
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    raw["input"].update(path=str(events), max_dead_letter_fraction=1.0)
+    raw.update(output={"path": str(tmp_path / "out"), "formats": ["jsonl"]},
+               secret={"seed": 1, "insecure": True})
+    config = tmp_path / "ms.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert job_run.main(["--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "20 dead letters (bad_timestamp: 20; the first bad_timestamp: `ts` must be a time " \
+           "in the years 1 to 9999 (milliseconds? set input.timestamp_format: " \
+           "milliseconds)" in out, out
