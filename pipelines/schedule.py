@@ -199,7 +199,8 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "spent": "nothing (no newly complete step)"})
     ledger_state = budget.charge(job, transform)  # its first run records it, once
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
-    manifest = job_run.release_manifest(transform)
+    manifest = job_run.release_manifest(transform, ledger_state and {  # stable across runs
+        k: ledger_state[k] for k in ("source", "period", "entry", "limit")})
     # the runs the gate refused before the release started, carried by every later run
     before = refusals_before(state_dir, transform) if ledger is None else \
         ledger.get("release_manifest", {}).get("gate_refusals_before")

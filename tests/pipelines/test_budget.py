@@ -136,6 +136,9 @@ def test_a_scheduled_release_is_charged_once_across_its_runs(tmp_path):
     for hours in (4, 9, 20):
         summary = schedule.run_once(path, str(tmp_path / "state"), origin + hours * 3600)
         assert summary["public"]["budget_ledger"]["releases"] == 1
+        manifest = json.load(open(os.path.join(summary["published"], "release.json")))
+        assert manifest["budget"] == {"source": "web-events", "period": "all", "entry": 1,
+                                      "limit": {"epsilon": 1.5}}
     with pytest.raises(ValidationError, match=r"^`budget` must be within the limit of "
                                               r"'web-events' \(all time: 1 release\(s\) spent "
                                               r"epsilon=1,"):
