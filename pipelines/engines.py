@@ -246,7 +246,13 @@ FLINK_STREAMING = (  # a streaming job's Flink options, unless given
 
 
 def flink_streaming(beam_args) -> List[str]:
-    """A streaming job's options on Flink: `beam_args` and each of FLINK_STREAMING not given."""
+    """A streaming job's options on Flink: `beam_args` and each of FLINK_STREAMING not given.
+    A job written to a jar to run later is refused: its release is claimed by this driver
+    (`claims.ClaimedByDriver`), and the jar could run it twice."""
+    if _given(beam_args, "--output_executable_path") is not None:
+        raise ValueError("`--output_executable_path` must be left out for a Kafka release (it "
+                         "is claimed at launch: a jar run twice would release it twice); got "
+                         f"{_given(beam_args, '--output_executable_path')!r}.")
     return [*beam_args, *(f"{name}={value}" for name, value in FLINK_STREAMING
                           if _given(beam_args, name) is None)]
 

@@ -137,7 +137,6 @@ def main(argv=None) -> int:
     logs.configure(args.verbose)
     runner = engines.runner_of(beam_args)
     try:
-        beam_args, local = engines.prepared(beam_args)  # Flink, Spark: the installed jars
         job = job_config.load(args.config)
         if job.input.kind == "pubsub" and runner in engines.ENGINES:
             job_config.fail("--runner", "DirectRunner or DataflowRunner for a Pub/Sub input "
@@ -150,6 +149,9 @@ def main(argv=None) -> int:
             job_config.fail("--continue", "left out for a Kafka input (Flink restores a "
                                           "failed job from its own checkpoints; a stopped "
                                           "Kafka release ends)", "--continue")
+        if job.input.kind == "kafka":  # Flink's streaming options (no jar to run later)
+            beam_args = engines.flink_streaming(beam_args)
+        beam_args, local = engines.prepared(beam_args)  # Flink, Spark: the installed jars
         if not job.secret.configured and not local:
             job_config.fail("secret", f"configured (env, path or gcp_secret) for the remote runner {runner} "
                                       "(a fresh local secret cannot reach its workers)", "none")
@@ -253,8 +255,6 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
     is (or the job fails, or Ctrl-C cancels it: no later step is released)."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
     kafka = job.input.kind == "kafka"  # on Flink: followed here, checkpointed by Flink
-    if kafka:
-        beam_args = engines.flink_streaming(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True
     if options.view_as(GoogleCloudOptions).update and stream.checkpointed(job):

@@ -163,6 +163,9 @@ KAFKA = {"kind": "kafka", "bootstrap_servers": "localhost:9", "topic": "events",
     (["--runner", "SparkRunner"], "`--runner` must be FlinkRunner for a Kafka input"),
     (["--runner", "FlinkRunner", "--continue"], "`--continue` must be left out for a Kafka "
                                                 "input (Flink restores a failed job"),
+    (["--runner", "FlinkRunner", "--output_executable_path=job.jar"],
+     "`--output_executable_path` must be left out for a Kafka release (it is claimed at "
+     "launch: a jar run twice would release it twice); got 'job.jar'."),
 ])
 def test_a_kafka_job_runs_on_flink_once(tmp_path, capsys, args, message):
     """Kafka is read on Flink only (Beam's cross-language read), and a Kafka release is not
