@@ -108,15 +108,32 @@ def _save(histories, path):
             handle.write(codec.dumps(history) + "\n")
 
 
+WORST_KEYS = 5  # keys listed per candidate, the largest share cut first
+
+
 def cut_by(problem, histories) -> dict:
-    """Events and, by bound, events the problem's machine drops over the histories."""
+    """Events and, by bound, events the problem's machine drops over the histories; and per
+    key (payloads (key, value): count and sum), the share of the key's input (events, or value
+    mass for a sum) the contributions leave out, the worst keys first."""
     events, dropped = 0, collections.Counter()
+    given, kept = collections.Counter(), collections.Counter()
     for unit, by_step in histories:
         events += sum(len(p) for p in by_step.values())
         run = advance_unit(problem, unit, problem.init_state(), by_step,
                            steps_to_run(problem, by_step, 0, max(by_step, default=-1) + 1))
         dropped.update(run.dropped)
-    return {"events": events, "cut": dict(dropped)}
+        for payloads in by_step.values():
+            for payload in payloads:
+                if isinstance(payload, tuple) and len(payload) == 2 and \
+                        isinstance(payload[1], (int, float)):
+                    given[payload[0]] += payload[1]
+        for key, _, value in run.contributions:
+            kept[key] += value
+    shares = sorted(((1.0 - kept[key] / given[key], str(key)) for key in given if given[key]),
+                    reverse=True)
+    return {"events": events, "cut": dict(dropped),
+            "worst_keys": [{"key": key, "share_cut": round(share, 4)}
+                           for share, key in shares[:WORST_KEYS] if share > 0]}
 
 
 def max_se(plan) -> float:
@@ -135,7 +152,8 @@ def explore(job: job_config.JobConfig, varied: dict, sample_units: int) -> list:
                      "mechanism": plan.mechanism,
                      "max_se": max_se(plan), "units_sampled": len(histories),
                      "events_not_private": counts["events"],
-                     "cut_not_private": counts["cut"]})
+                     "cut_not_private": counts["cut"],
+                     "worst_keys_not_private": counts["worst_keys"]})
     return rows
 
 
@@ -183,6 +201,11 @@ def main(argv=None) -> int:
         share = 100.0 * cut / max(row["events_not_private"], 1)
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(row["cut_not_private"].items()))
         print(f"{bounds:<{width}}{f'{cut} ({share:.1f} %)':>18}{row['max_se']:>10.2f}  {reasons}")
+        worst = ", ".join(f"{k['key']} {100 * k['share_cut']:.1f} %"
+                          for k in row["worst_keys_not_private"][:3])
+        if worst:
+            print(f"{'':<{width}}{'':>18}{'':>10}  worst keys (share of their input cut): "
+                  f"{worst}")
     print("\nLarger caps cut less (less bias) and cost more noise; a cap chosen on this data "
           "is data-dependent: choose on past or public data.")
     return 0

@@ -50,3 +50,23 @@ def test_bad_arguments_are_one_line(args, message, capsys):
 def test_transforms_without_caps_are_refused(capsys):
     assert caps.main(["--config", "demo:signups", "--vary", "max_contributions=2"]) == 2
     assert "`transform` must be one with contribution caps" in capsys.readouterr().err
+
+
+def test_the_worst_keys_are_the_shares_of_each_keys_events_cut(monkeypatch):
+    """Per key: the share of its events the caps cut; over every key, the events cut add up
+    to the total cut (count: one event is one unit of input), the largest shares first."""
+    import collections
+    from pipelines import config as job_config
+    from pipelines import job_release
+    job = job_config.load("demo:active_users")
+    plan = job_release.release_plan(job)
+    histories = caps.unit_histories(job, plan, 100_000)
+    monkeypatch.setattr(caps, "WORST_KEYS", 1000)
+    found = caps.cut_by(plan.truncation.problem, histories)
+    events = collections.Counter(key for _, by_step in histories
+                                 for payloads in by_step.values() for key, _ in payloads)
+    shares = [k["share_cut"] for k in found["worst_keys"]]
+    assert shares == sorted(shares, reverse=True) and len(shares) == len(events) == 6
+    cut = sum(k["share_cut"] * events[k["key"]] for k in found["worst_keys"])
+    # (shares are rounded to 1e-4)
+    assert cut == pytest.approx(sum(found["cut"].values()), abs=1e-4 * sum(events.values()))
