@@ -627,8 +627,7 @@ def truncation_warning(summary: dict, job, config_path: str = None):
 
 
 def describe(summary: dict, where: str = "in the horizon") -> str:
-    events, truncated = summary["events_in_window"], summary["truncated"]
-    parts = []
+    events, truncated, parts = summary["events_in_window"], summary["truncated"], []
     if events is not None:
         cut = sum(truncated.values())
         parts.append(f"{events} events {where}, {cut} ({100.0 * cut / max(events, 1):.1f}"
@@ -642,7 +641,8 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
     shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4]) + (
         f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else "") + (
         f"; the first {top}: {summary.get('dead_letter_examples', {}).get(top, '')[:120]}")
-    parts.append(f"{sum(dead.values())} dead letters" + (f" ({shown})" if dead else ""))
+    parts.append(f"{sum(dead.values())} dead letters" + ("" if where == "in the horizon" else
+                 " of the whole input") + (f" ({shown})" if dead else ""))
     return ", ".join(parts)
 
 
