@@ -213,3 +213,18 @@ def test_scheduling_commands_use_the_templates_parameters():
     assert launched
     module, argv = launcher().driver(launched[0].split(","))
     assert module == "pipelines.schedule" and "--state-dir" in argv
+
+
+def test_the_image_build_context_holds_what_the_dockerfile_copies_and_no_more():
+    """.dockerignore lets through exactly the sources of dataflow/Dockerfile's COPY lines
+    (the build context would otherwise upload .engines/, .git/ and output/)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    copied = set()
+    for line in open(os.path.join(root, "dataflow", "Dockerfile")):
+        if line.startswith("COPY "):
+            copied.update(line.split()[1:-1])
+    rules = [line.strip() for line in open(os.path.join(root, ".dockerignore"))
+             if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*"
+    allowed = {rule[1:] for rule in rules if rule.startswith("!")}
+    assert allowed == copied, (allowed, copied)
