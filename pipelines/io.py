@@ -583,6 +583,20 @@ def remote_preflight(job: job_config.JobConfig, runner: str, paths=()) -> None:
                                         f"(pip install -e \".[gcp]\" in a clone, or "
                                         f"{GCP_EXTRA}; {package} is missing)",
                             runner)
+    gcp_credentials()
+
+
+def gcp_credentials() -> None:
+    """Google Cloud's Application Default Credentials, found at once (a launch without them
+    would wait minutes for a Cloud Storage timeout), else one line saying how to set them."""
+    import google.auth  # (the [gcp] extra's: checked before)
+    from google.auth.exceptions import DefaultCredentialsError
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        job_config.fail("credentials", "Google Cloud's default credentials (gcloud auth "
+                                       "application-default login, or "
+                                       "GOOGLE_APPLICATION_CREDENTIALS=key.json)", "none found")
 
 
 def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None) -> None:

@@ -513,3 +513,21 @@ def test_the_summary_shows_the_first_reason_of_the_most_common_dead_letter(tmp_p
     assert "20 dead letters (bad_timestamp: 20; the first bad_timestamp: `ts` must be a time " \
            "in the years 1 to 9999 (milliseconds? set input.timestamp_format: " \
            "milliseconds)" in out, out
+
+
+def test_a_launch_without_google_credentials_is_one_line_at_once(monkeypatch):
+    """No Application Default Credentials: refused before anything waits on Cloud Storage."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+    from pipelines import io as job_io
+
+    def none_found(*args, **kwargs):
+        raise DefaultCredentialsError("no credentials")
+    monkeypatch.setattr(google.auth, "default", none_found)
+    with pytest.raises(ValueError, match=r"^`credentials` must be Google Cloud's default "
+                                         r"credentials \(gcloud auth application-default "
+                                         r"login, or GOOGLE_APPLICATION_CREDENTIALS=key.json\); "
+                                         r"got 'none found'\.$"):
+        job_io.gcp_credentials()
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (object(), "project"))
+    job_io.gcp_credentials()
