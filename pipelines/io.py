@@ -464,7 +464,9 @@ def input_files(pattern: str):
     except Exception as error:  # noqa: BLE001 (a filesystem's own error: report it in one line)
         job_config.fail("input.path", "a readable path or glob", f"{pattern} ({error})")
     if not match:
-        job_config.fail("input.path", "matching at least one file", pattern)
+        where = "" if "://" in pattern or os.path.isabs(pattern) else \
+            f" (a relative path is read from the current folder, {os.getcwd()})"
+        job_config.fail("input.path", "matching at least one file" + where, pattern)
     return sorted(m.path for m in match)
 
 

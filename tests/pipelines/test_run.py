@@ -110,6 +110,9 @@ def _config(tmp_path, **changes):
     ({"bounds__max_contributions": 10 ** 30}, "`bounds.max_contributions` must be <= "),
     ({"input__path": "/no/such/file.jsonl"}, "`input.path` must be matching at least one file"),
     ({"input__path": "/no/such/dir/*.jsonl"}, "`input.path` must be matching at least one"),
+    ({"input__path": "no/such/file.jsonl"}, "`input.path` must be matching at least one file "
+                                            f"(a relative path is read from the current "
+                                            f"folder, {os.getcwd()}); got 'no/such/file.jsonl'."),
     ({"secret": {"env": "DP_TEST_UNSET_VARIABLE"}}, "`secret` must be set in the environment "
                                                     "variable DP_TEST_UNSET_VARIABLE"),
     ({"secret": {"path": "/no/such/secret"}}, "`secret.path` must be a readable file"),
