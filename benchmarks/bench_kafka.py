@@ -91,6 +91,8 @@ def main(argv=None) -> int:
                         help="steps.allowed_lateness_seconds (<= half a step)")
     parser.add_argument("--lead", type=float, default=45.0,
                         help="seconds from the job's launch to step 0 (its start-up)")
+    parser.add_argument("--beam-arg", action="append", default=[],
+                        help="a Beam option for the job, e.g. --beam-arg=--parallelism=1")
     args = parser.parse_args(argv)
     missing = [name for name in ("flink", "kafka", "kafka-expansion")
                if not engines.installed(engines.BY_NAME[name])]
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
                       origin, args)
         before, launched = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
         job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path,
-                                "--runner", "FlinkRunner"], cwd=ROOT,
+                                "--runner", "FlinkRunner", *args.beam_arg], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         rows = produce(broker.bootstrap, args.rate, args.keys, origin,
                        origin + args.step_seconds * args.steps, job)
