@@ -44,6 +44,7 @@ def _record(row, timestamp):
                        "element_ms": timestamp.micros // 1000}, sort_keys=True)
 
 
+@pytest.mark.slow  # a broker, the expansion service and Flink: 31 s (the live tests read too)
 def test_every_produced_record_is_read_once_at_its_timestamp_on_flink(tmp_path):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
