@@ -5,6 +5,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -24,7 +26,7 @@ def test_times_are_written_back_as_the_config_reads_them():
 
 
 @pytest.mark.skipif(pubsub.available() is not None, reason="no Pub/Sub emulator here")
-def test_a_users_own_events_in_milliseconds_are_replayed_step_by_step(tmp_path, capsys):
+def test_a_users_own_events_in_milliseconds_are_replayed_step_by_step(tmp_path):
     """Events of two hours (times in epoch milliseconds, one line unreadable, one outside the
     steps) replayed as two steps of 2 s: both steps published, one record per public key,
     each key's running count at least its events (noise aside: the counts are large), no
@@ -41,9 +43,13 @@ def test_a_users_own_events_in_milliseconds_are_replayed_step_by_step(tmp_path, 
     raw.update(public_keys=keys, privacy={"epsilon": 50.0})
     config = tmp_path / "mine.yaml"
     config.write_text(yaml.safe_dump(raw))
-    assert replay.main(["--config", str(config), "--input", str(events), "--steps", "2",
-                        "--output", str(tmp_path / "out")]) == 0
-    out = capsys.readouterr().out
+    # (a subprocess: the local streaming runner's patches stay in the process that ran it)
+    done = subprocess.run([sys.executable, "-m", "pipelines.replay", "--config", str(config),
+                           "--input", str(events), "--steps", "2", "--output",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
     assert "replaying 100 events of 2 steps of 3600 s as steps of 2 s (2 lines outside " \
            "those steps or unreadable, not sent)" in out and "2 of 2 steps published" in out
     folder = glob.glob(str(tmp_path / "out" / "replay-*" / "active-users-live"))[0]
