@@ -311,6 +311,20 @@ class SqrtToeplitz(ToeplitzMechanism):
     def advance(self, state, values):
         if not self.discrete:
             return super().advance(state, values)
+        out, inputs, rounded = self._discrete_advance(state, values)
+        return out, HistoryState(state.steps + out.shape[0], tuple(inputs.tolist()),
+                                 tuple(rounded.tolist()))
+
+    def release(self, x):
+        # the batch release keeps no state: its 2 T history integers are not turned into
+        # Python tuples (a quarter of the discrete release's time at T = 2^20)
+        if not self.discrete:
+            return super().release(x)
+        return self._discrete_advance(self.init_state(), x)[0]
+
+    def _discrete_advance(self, state, values):
+        """`advance` with discrete noise: (outputs, the whole input history x, the whole
+        round(R~ x / g)) as arrays; `advance` makes them the new HistoryState."""
         if not isinstance(state, HistoryState):
             check.fail("state", "a HistoryState", state)
         xs = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -360,9 +374,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         else:
             out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
                             for t in range(start, start + count)])
-        new_state = HistoryState(start + count, tuple(inputs.tolist()),
-                                 tuple(rounded.tolist()))
-        return self.grid * out, new_state
+        return self.grid * out, inputs, rounded
 
     def last_output(self, state):
         if not self.discrete:
