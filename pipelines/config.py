@@ -459,6 +459,13 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         elif name in ("max_value", "value_resolution"):
             if value is not None:
                 check.positive_finite(f"bounds.{name}", value)
+        elif name == "min_value":
+            if value is not None:
+                check.finite_number("bounds.min_value", value)
+                if not value < check.positive_finite("bounds.max_value", bounds["max_value"]):
+                    fail("bounds.min_value", f"below max_value ({bounds['max_value']})", value)
+                if value < -1e15:
+                    fail("bounds.min_value", ">= -1e15 (sums stay exact in float64)", value)
         elif name == "sum_share":
             if value is not None and not 0 < check.positive_finite("bounds.sum_share", value) < 1:
                 fail("bounds.sum_share", "a number in (0, 1) (the sum part's share of the "

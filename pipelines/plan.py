@@ -5,7 +5,8 @@ privacy budget and contribution bounds, and the recommendation.
         [--max-contributions k] [--interval-bound D] [--max-keys-per-unit m [--split]]
         [--metric max|mean] [--noise discrete|float] [--max-state-bytes-per-key B]
         [--value-resolution g] [--top N] [--json]
-    python3 -m pipelines.plan ... --mean-max-value V [--value-resolution g] [--sum-share w]
+    python3 -m pipelines.plan ... --mean-max-value V [--mean-min-value L] [--value-resolution g]
+        [--sum-share w]
     python3 -m pipelines.plan --config job.yaml [--top N] [--json]
 
 --config plans the job exactly as `pipelines.run` would run it: it builds the job's transform
@@ -29,12 +30,12 @@ Rows whose only difference is an option with no effect at this horizon (e.g. `sp
 no node is unused) are shown once, with that option marked `either`; an option that changes
 the error keeps only its better value.
 
-With --mean-max-value V it plans a ContinualMean (values clamped to [0, V], at most k events
-per unit): the split of the budget between its sum and count parts (the default minimises the
+With --mean-max-value V it plans a ContinualMean (values clamped to [L, V], L =
+--mean-min-value, default 0, at most k events per unit): the split of the budget between its sum and count parts (the default minimises the
 mean's delta-method variance at the worst-case mean: 1/2), each part's recommendation at its
 share and half the per-key state budget (a key holds one state per part; the sum part in
-value-grid units g, default V / 100 with discrete noise), and the mean's standard error times a
-key's count C at that mean.
+value-grid units g, default max(|L|, V) / 100 with discrete noise), and the mean's standard
+error times a key's count C at that mean.
 
 The `state` column is one key's sealed mechanism state at the end of the horizon: the 16-byte
 release/secret/key tag and the mechanism's state (bytes of Beam state per key, and of each
@@ -74,6 +75,17 @@ def _positive_int(name, minimum=1):
             return check.integer_at_least(name, value, minimum)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
+def _below_max(name):
+    """An argument parser: a finite number (`validation.finite_number`'s rule; that it is below
+    --mean-max-value is checked with the other options)."""
+    def parse(text):
+        try:
+            return check.finite_number(name, float(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(check.message(name, "a finite number", text))
     return parse
 
 
@@ -137,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mean-max-value", type=_positive_float("mean-max-value"),
                    help="V: plan a ContinualMean of values clamped to [0, V] (k: events per "
                         "unit)")
+    p.add_argument("--mean-min-value", type=_below_max("mean-min-value"),
+                   help="L: with --mean-max-value, the smallest value kept (default 0; a "
+                        "negative L keeps signed values: a mean of delays, of changes)")
     p.add_argument("--value-resolution", type=_positive_float("value-resolution"),
                    help="g: with --mean-max-value, the mean's value grid (default V / 100 with "
                         "discrete noise); without it, a sum's grid: k and D are in grid units "
@@ -164,7 +179,8 @@ def parser() -> argparse.ArgumentParser:
 # the options a config sets (`--config` takes none of them); None / False: not given
 CONFIG_SETS = ("horizon", "epsilon", "rho", "delta", "max_contributions", "interval_bound",
                "max_keys_per_unit", "split", "metric", "noise", "max_state_bytes_per_key",
-               "mean_max_value", "value_resolution", "sum_share", "selection_delta")
+               "mean_max_value", "mean_min_value", "value_resolution", "sum_share",
+               "selection_delta")
 
 
 def main(argv=None) -> int:

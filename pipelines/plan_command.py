@@ -36,10 +36,12 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
     if "parts" in descriptor:  # a mean: its split and both parts' tables
         bounds = descriptor["bounds"]
         grid = bounds.get("value_resolution")
-        default_grid = None if noise else bounds["max_value"] / 100.0
+        least = bounds.get("min_value", 0.0)
+        default_grid = None if noise else max(bounds["max_value"], abs(least)) / 100.0
         return (["--horizon", str(descriptor["horizon"]), *budget,
                  "--max-contributions", str(bounds["max_contributions"]),
                  "--mean-max-value", _number(bounds["max_value"])]
+                + (["--mean-min-value", _number(least)] if least else [])
                 + (["--max-keys-per-unit", str(bounds["max_keys_per_unit"])]
                    if bounds["max_keys_per_unit"] > 1 else [])
                 + (["--value-resolution", _number(grid)] if grid != default_grid else [])

@@ -12,9 +12,9 @@ from pipelines import budget
 from pipelines import config as job_config
 from pipelines import gate as input_gate
 from pipelines import job_release
-from pipelines.planning import (MeanPlan, StreamPlan, UsageError, mean_json, mean_text,
-                                params_text, plan_of, row_json, se_times_count, selection_plan,
-                                stream_json, stream_text)
+from pipelines.planning import (MeanPlan, StreamPlan, UsageError, mean_json, mean_magnitude,
+                                mean_text, params_text, plan_of, row_json, se_times_count,
+                                selection_plan, stream_json, stream_text)
 from pipelines.plan_command import COMMAND, plan_arguments
 
 
@@ -70,7 +70,7 @@ def plan_config(args, parse) -> dict:
                                    release.parts.get(part))
                     for part, p in plan.parts.items()}
             runs = {"parts": rows, "chosen": chosen, "se_times_count": se_times_count(
-                rows["sum"]["max_se"], rows["count"]["max_se"], plan.args.mean_max_value)}
+                rows["sum"]["max_se"], rows["count"]["max_se"], mean_magnitude(plan.args))}
         else:
             runs = runs_row(plan, names, params, chosen, release if not label else None)
             if release.selects:  # the job's own mechanism and tau

@@ -114,15 +114,16 @@ def mean_parts(args, privacy: dict) -> dict:
     if args.interval_bound is not None:
         raise UsageError(f"`interval-bound` must be left out with --mean-max-value (the mean's "
                           f"parts declare theirs); got {args.interval_bound}.")
-    value = args.mean_max_value
-    grid = value_resolution(value, args.value_resolution, args.noise)
+    value, least = args.mean_max_value, mean_min_value(args)
+    grid = value_resolution(value, args.value_resolution, args.noise, min_value=least or None)
     budget = PrivacyBudget.resolve(**privacy)
-    split = best_split(0.0, value, budget.noise)
+    split = best_split(least, value, budget.noise)
     share = split.sum_share if args.sum_share is None else args.sum_share
     budgets = share_budget(budget, {"sum": share, "count": 1.0 - share})
     k = args.max_contributions
     mass = MeanProblem(ContributionBounds(k, None, args.max_keys_per_unit), with_value=True,
-                       value_grid=grid, max_value=value, part=SUM).declaration.max_contributions
+                       value_grid=grid, max_value=value, min_value=least or None,
+                       part=SUM).declaration.max_contributions
     state = args.max_state_bytes_per_key // 2  # a key's two states share the budget
     if state < MIN_STATE_BYTES_PER_KEY:
         raise UsageError(f"`max-state-bytes-per-key` must be >= {2 * MIN_STATE_BYTES_PER_KEY} "
@@ -314,12 +315,26 @@ class MeanPlan:
     def times_count(self) -> float:
         """`se_times_count` of the recommended parts."""
         return se_times_count(self.parts["sum"].best.max_se * self.parts["sum"].scale,
-                              self.parts["count"].best.max_se, self.args.mean_max_value)
+                              self.parts["count"].best.max_se, mean_magnitude(self.args))
+
+
+def mean_min_value(args) -> float:
+    """--mean-min-value (0 when not given), checked below --mean-max-value."""
+    least = getattr(args, "mean_min_value", None) or 0.0
+    if not least < args.mean_max_value:
+        raise UsageError(f"`mean-min-value` must be below --mean-max-value "
+                          f"({args.mean_max_value:g}); got {least:g}.")
+    return least
+
+
+def mean_magnitude(args) -> float:
+    """The worst-case |mean| of a planned mean: max(|L|, V)."""
+    return max(abs(mean_min_value(args)), args.mean_max_value)
 
 
 def se_times_count(sum_se: float, count_se: float, max_value: float) -> float:
-    """The mean's standard error times a key's count C at the worst-case mean V (delta method:
-    sqrt(Vs + V^2 Vc)), of the parts' MaxSE (the sum's in value units)."""
+    """The mean's standard error times a key's count C at the worst-case mean M = max(|L|, V)
+    (delta method: sqrt(Vs + M^2 Vc)), of the parts' MaxSE (the sum's in value units)."""
     return math.sqrt(sum_se ** 2 + max_value ** 2 * count_se ** 2)
 
 
@@ -338,6 +353,7 @@ def mean_json(plan: MeanPlan) -> dict:
     args, split = plan.args, plan.split
     return {"horizon": args.horizon, "privacy": plan.privacy, "transform": "mean",
             "max_contributions": args.max_contributions, "max_value": args.mean_max_value,
+            "min_value": mean_min_value(args),
             "value_resolution": split["grid"], "sum_share": split["sum_share"],
             "split": split["split"],
             "parts": {part: {"privacy": split["parts"][part][1],
@@ -352,7 +368,7 @@ def mean_text(plan: MeanPlan) -> str:
     value = args.mean_max_value
     spent = ", ".join(f"{k}={v}" for k, v in plan.privacy.items())
     lines = [f"ContinualMean, T = {args.horizon}, {spent}, at most {args.max_contributions} "
-             f"events per unit, values clamped to [0, {value:g}]"
+             f"events per unit, values clamped to [{mean_min_value(args):g}, {value:g}]"
              + (f" on a grid of {split['grid']:g}" if split["grid"] else "") + ":",
              f"  budget split: sum part {split['sum_share']:.4g}, count part "
              f"{1 - split['sum_share']:.4g} ({split['split']})"]

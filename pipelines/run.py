@@ -18,12 +18,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import secrets
 import sys
 import tempfile
-from typing import Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -32,6 +30,7 @@ from pipelines import config as job_config
 from pipelines import (budget, commit, engines, gate, io, job_release, kafka_local, local_dofns,
                        local_pubsub, local_watermark, logs, storage, stream)
 from pipelines.checkpoints import read_json, write_text
+from pipelines.operator_summary import describe, operator_summary
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
 from pipelines.plan_command import plan_arguments
 from transforms import registry
@@ -528,122 +527,6 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
         lines.append(f"release complete: all {job.steps.horizon} steps are released (the "
                      f"release ends here; a later run publishes nothing new)")
     return "\n".join(lines)
-
-
-def operator_summary(result, operator_folder: str, job=None, config_path: str = None) -> dict:
-    """Exact counts of the data for the operator (NOT private: never publish them): events
-    that entered truncation, what each bound cut, and dead letters by reason; with `job` (and
-    the `config_path` it was loaded from), `truncation_warning` when the bounds cut more than
-    half the events (`truncation_warning`)."""
-    counters = {}
-    try:
-        for counter in result.metrics().query()["counters"]:
-            if counter.key.metric.namespace == "continual_release":
-                name = counter.key.metric.name
-                # Spark's portable runner reports attempted counts only (no bundle retried
-                # locally; on a cluster a retried bundle may count twice)
-                value = counter.committed if counter.committed is not None else \
-                    counter.attempted
-                counters[name] = counters.get(name, 0) + int(value or 0)
-    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
-        pass
-    summary = {"events_in_window": counters.get("events_in_window"),
-               "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
-                             if k.startswith("truncated_by_")},
-               "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
-               "kept_public_keys": counters.get("kept_public_keys", 0),
-               **({"keys_with_data": counters["selection_keys_with_data"],
-                   "keys_selected": counters.get("selection_keys_published", 0)}
-                  if "selection_keys_with_data" in counters else {}),
-               **commit.dead_letters_by_code(operator_folder)}
-    if "gate_units" in counters:  # units the input gate counted (one vote each)
-        summary["units"] = counters["gate_units"]
-    if job is not None:
-        summary["truncation_warning"] = truncation_warning(summary, job, config_path)
-        summary["keys_warning"] = keys_warning(summary)
-        summary["delta_note"] = delta_note(summary, job)
-    return summary
-
-
-def delta_note(summary: dict, job) -> Optional[str]:
-    """delta beside 1 / units (operator-only: the number of units is the data's): a delta near
-    1 / n lets the guarantee fail for about one of n people outright."""
-    delta = job.privacy.delta if job.privacy.delta is not None else job.privacy.selection_delta
-    units = summary.get("units")
-    if delta is None or not units:
-        return None
-    return (f"operator-only (NOT private): delta {delta:g} beside 1 / units = 1 / {units} = "
-            f"{1.0 / units:.2g}" + (" (WARNING: delta should be far below 1 / units)"
-                                     if delta * units > 0.1 else ""))
-
-
-def keys_warning(summary: dict):
-    """One line when most (key, step) totals with data belong to keys that are not public
-    (dropped: the release is mostly noise on keys without data), naming what to check; else
-    None (operator-only: exact counts)."""
-    dropped = summary.get("dropped_non_public_keys") or 0
-    kept = summary.get("kept_public_keys") or 0
-    if dropped <= kept:
-        return None
-    return (f"WARNING (operator-only, NOT private): {dropped} of the {dropped + kept} (key, "
-            f"step) totals with data ({100.0 * dropped / (dropped + kept):.1f} %) are of keys "
-            f"not in public_keys and were dropped: check input.fields.key and public_keys "
-            f"(spelling, case, type)")
-
-
-def truncation_warning(summary: dict, job, config_path: str = None):
-    """One line when the contribution bounds cut more than half the events that entered
-    truncation (operator-only: exact counts), naming the share, the bound that cut most and the
-    `pipelines.caps` command that shows what other values of it would cut and cost; else
-    None."""
-    events, truncated = summary.get("events_in_window"), summary.get("truncated") or {}
-    cut = sum(truncated.values())
-    if not events or cut * 2 <= events:
-        return None
-    reason = max(sorted(truncated), key=lambda name: truncated[name])
-    bound = registry.SPECS[job.transform].cut_by.get(reason, reason)
-    value = job.bounds.get(bound)
-    if isinstance(value, int) and not isinstance(value, bool):
-        # a sum's mass below one full value: try whole values (max_value per event) too
-        step = max(value, math.ceil(job.bounds["max_value"])) \
-            if bound == "max_contributions" and job.transform == "sum" else value
-        tried = sorted({value, *(step * f for f in (1, 2, 4, 8))})
-        vary = f" --vary {bound}=" + ",".join(str(v) for v in tried)
-    else:
-        vary = f" --vary {bound}=V1,V2,..."
-    config = config_path or "<the job's config>"
-    command = f"python3 -m pipelines.caps --config {config}{vary}"
-    if job.transform == "mean":
-        command += (" (on a copy of the config with `transform: count`, its value field and "
-                    "max_value left out: a mean keeps a count's events)")
-    elif not registry.can(job.transform, registry.CAPS):
-        command = (f"pipelines.caps (on a {' or '.join(registry.able(registry.CAPS))} "
-                   f"config)")
-    return (f"WARNING (operator-only, NOT private): the contribution bounds cut "
-            f"{100.0 * cut / events:.1f} % of the {events} events that entered truncation "
-            f"(most by {bound}: "
-            f"{truncated[reason]}); the released totals leave them out, a bias the noise does "
-            f"not show: see what other caps would cut and cost with {command}")
-
-
-def describe(summary: dict, where: str = "in the horizon") -> str:
-    events, truncated, parts = summary["events_in_window"], summary["truncated"], []
-    if events is not None:
-        cut = sum(truncated.values())
-        parts.append(f"{events} events {where}, {cut} ({100.0 * cut / max(events, 1):.1f}"
-                     f" %) cut by the contribution bounds"
-                     + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
-                        if truncated else ""))
-    if "keys_with_data" in summary:  # keys selected privately
-        parts.append(f"{summary['keys_with_data']} keys with data (in the release so far), "
-                     f"{summary['keys_selected']} of them selected")
-    dead, top = summary["dead_letters"], next(iter(summary["dead_letters"]), None)
-    shown = "; ".join(f"{k}: {v}" for k, v in list(dead.items())[:4]) + (
-        f"; {len(dead) - 4} more codes in summary.json" if len(dead) > 4 else "") + (
-        f"; the first {top}: {summary.get('dead_letter_examples', {}).get(top, '')[:120]}")
-    parts.append(f"{sum(dead.values())} dead letters" + ("" if where == "in the horizon" else
-                 " of the whole input") + (f" ({shown})" if dead else ""))
-    return ", ".join(parts)
 
 
 if __name__ == "__main__":

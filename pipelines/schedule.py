@@ -76,6 +76,7 @@ from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTO
                                    verify_marker, write_text)
 from pipelines.commit import (CommitCheckpoint, ScheduledRunClaim, after_writes, guard, guarded,
                               staged_only)
+from pipelines.operator_summary import operator_summary
 from transforms.mechanisms import noise
 from transforms import sinks
 from transforms.sinks import WriteRecordsToJsonLines, encode_records, records_file
@@ -266,8 +267,7 @@ def summarised(config_path: str, job, transform, summary: dict, result=None,
                   checkpointed=summary["records"], checkpoint=folder,
                   budget_ledger=summary.get("budget_ledger"),
                   complete=summary["released_after"] >= job.steps.horizon)
-    operator = None if result is None else job_run.operator_summary(result, folder, job,
-                                                                     config_path)
+    operator = None if result is None else operator_summary(result, folder, job, config_path)
     return dict(summary, job=job.job, public=public, operator_not_private=operator,
                 job_config=job, transform=transform)
 

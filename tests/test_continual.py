@@ -340,6 +340,30 @@ def test_sums_with_discrete_noise_are_integer_units_of_the_value_grid():
         assert record["noise"] == "discrete_laplace"
 
 
+def test_signed_sums_clamp_to_min_value_and_cap_the_values_magnitudes():
+    """min_value < 0: values are clamped to [min_value, max_value] and rounded to the grid
+    (default max(|min_value|, max_value) / 100); each event's mass is |value| (the rule of
+    `streams.count`, its reference here), and negative running totals are published as they
+    are (no clamping at 0)."""
+    rng = np.random.default_rng(6)
+    events = [((f"u{rng.integers(5)}", "k", float(rng.uniform(-3, 1))),
+               timestamp(rng, int(rng.integers(0, 6)))) for _ in range(60)]
+    g = 0.25
+    records, _ = run(ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=1.0,
+                                  min_value=-2.0, max_contributions=4, value_resolution=g,
+                                  **ZERO), events)
+    rounded = [(STEPS.step_of(ts), u, k, math.floor(min(max(v, -2.0), 1.0) / g + 0.5))
+               for (u, k, v), ts in events]
+    expected = count_streams(rounded, STEPS.horizon,
+                             ContributionBounds(16, None, 1, 4.0, min_value=-8.0))
+    totals = released_totals(records)["k"]
+    assert totals == (g * np.cumsum(expected.stream("k"))).tolist()
+    assert min(totals) <= -4.0  # mostly negative values: negative totals, published as is
+    grid = ContinualSum(steps=STEPS, public_keys=["k"], epsilon=1.0, max_value=1.0,
+                        min_value=-2.0, max_contributions=4, **ZERO).value_scale
+    assert grid == 0.02  # max(|-2|, 1) / 100
+
+
 def test_a_transform_is_one_release_and_applies_once():
     """Applying one transform object to two inputs would give both the same noise: the
     difference of the two outputs would be the exact difference of the data. Refused."""

@@ -20,6 +20,10 @@ from transforms.streams.records import Reason
 from transforms.streams.units import Problem
 
 
+# operator-only metrics: values parsed below min_value, above max_value (`Problem.clamped`)
+CLAMPED = ("values_below_min_value", "values_above_max_value")
+
+
 class PerUnitPacks:
     """A DoFn's per-bundle packs: (unit, Event tuple) -> (unit, [Event tuples]) once per unit
     and bundle (or per `MAX_EVENTS` buffered events): one shuffled element per unit and bundle,
@@ -76,6 +80,12 @@ class AssignStepsFn(PerUnitPacks, beam.DoFn):
             if self._assigned:
                 Metrics.counter(METRICS, "events_in_window").inc(self._assigned)
             self._released = self._assigned = 0
+            clamped = self.problem.clamped  # values parsed outside [min_value, max_value]
+            if clamped is not None and any(clamped):
+                for name, count in zip(CLAMPED, clamped):
+                    if count:
+                        Metrics.counter(METRICS, name).inc(count)
+                clamped[:] = [0, 0]
         yield from self._flush()
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):

@@ -4,7 +4,8 @@
                                    max_value=600.0, max_contributions=10, secret=...)
 
 Elements (unit, key, value). One truncation rule (`streams.mean`) keeps at most
-`max_contributions` events per unit (values clamped to [0, max_value]); two parts release the
+`max_contributions` events per unit (values clamped to [min_value, max_value], min_value 0 by
+default); two parts release the
 running SUM of the kept values and their running COUNT, each a continual release with its own
 mechanism, descriptor, noise stream (the noise seam binds the release id AND the part's
 descriptor) and key states, under one release id, one claim and one ledger entry. The budget is
@@ -12,7 +13,7 @@ shared by `accountant.share_budget` (sequential composition): the sum part's sha
 the split minimising the mean's delta-method variance at the worst-case mean
 (`ratio.best_split`: exactly 1/2), or is configured (`sum_share`); `release_plan` plans it.
 
-Each record is the mean at one key and step: value = clamp(S^ / C^, 0, max_value) (the
+Each record is the mean at one key and step: value = clamp(S^ / C^, min_value, max_value) (the
 midpoint when C^ <= 0), stddev = the delta-method standard error, and [ci_low, ci_high] the
 Fieller / test-inversion interval of `mechanisms.ratio` from the two parts' exact noise laws at
 that step (exact for Laplace and Gaussian noise, conservative for discrete Laplace, approximate
@@ -115,7 +116,7 @@ class ContinualMean(ContinualBase):
                            plan.mean_mechanism,
                            {**plan.resolved_mechanism[1],
                             "sum_share": self.descriptor["sum_share"]},
-                           self.budget_spent)
+                           self.budget_spent, min_value=plan.truncation.composed.min_value)
 
 
 def _count_own(dead: dict):
@@ -139,8 +140,9 @@ class MeanRecords:
     laws are built on first use from the parts' configurations, without their secret)."""
 
     def __init__(self, configs: dict, max_value: float, confidence: float, mechanism: str,
-                 params: dict, budget: dict):
+                 params: dict, budget: dict, min_value: float = 0.0):
         self.configs, self.max_value, self.confidence = configs, max_value, confidence
+        self.min_value = min_value
         self.mechanism, self.base_params, self.budget = mechanism, params, budget
         self._laws = self._curves = None
 
@@ -161,7 +163,7 @@ class MeanRecords:
         found = self._curves.get(step)
         if found is None:
             sum_noise, count_noise = self.noises(step)
-            found = self._curves[step] = QuantileCurve(sum_noise, count_noise, 0.0,
+            found = self._curves[step] = QuantileCurve(sum_noise, count_noise, self.min_value,
                                                        self.max_value, self.confidence)
         return found
 
@@ -169,7 +171,8 @@ class MeanRecords:
         step = sum_record["step"]
         curve = self.curve(step)
         found = ratio_interval(sum_record["value"], count_record["value"], curve.sum_noise,
-                               curve.count_noise, 0.0, self.max_value, self.confidence, curve)
+                               curve.count_noise, self.min_value, self.max_value,
+                               self.confidence, curve)
         params = {**self.base_params, "interval": f"fieller ({found.quality})"}
         record = dict(count_record)
         record.update(value=found.estimate, stddev=found.std_error, ci_low=found.low,

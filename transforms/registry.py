@@ -83,24 +83,28 @@ class TransformSpec:
 _COUNT_BOUNDS = {"max_contributions": 1, "max_contributions_per_step": None,
                  "max_keys_per_unit": 1}
 
-_GRID = "max_value / 100 with discrete noise"
+_GRID = "max(|min_value|, max_value) / 100 with discrete noise"
+_LEAST = "0; negative for signed values"
 
 SPECS: Dict[str, TransformSpec] = {spec.name: spec for spec in (
     TransformSpec("count", "ContinualCount", ("unit", "key"), _COUNT_BOUNDS,
                   summary="running count of events per key (user-level)",
                   unit="user", can=_ALL, unit_roles=("unit",)),
     TransformSpec("sum", "ContinualSum", ("unit", "key", "value"),
-                  {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None},
+                  {"max_value": REQUIRED, "min_value": None, **_COUNT_BOUNDS,
+                   "value_resolution": None},
                   numeric=("value",), summary="running sum of clamped values per key",
-                  unit="user", derived={"value_resolution": _GRID}, can=_ALL,
+                  unit="user", derived={"value_resolution": _GRID, "min_value": _LEAST},
+                  can=_ALL,
                   unit_roles=("unit",), truncation="sum_"),
     TransformSpec("mean", "ContinualMean", ("unit", "key", "value"),
-                  {"max_value": REQUIRED, **_COUNT_BOUNDS, "value_resolution": None,
-                   "sum_share": None},
+                  {"max_value": REQUIRED, "min_value": None, **_COUNT_BOUNDS,
+                   "value_resolution": None, "sum_share": None},
                   numeric=("value",), summary="running mean of clamped values per key (noisy "
                                               "sum / noisy count, Fieller interval)",
                   unit="user", module="transforms.mean",
-                  derived={"value_resolution": _GRID, "sum_share": "1/2: the worst-case optimum"},
+                  derived={"value_resolution": _GRID, "min_value": _LEAST,
+                           "sum_share": "1/2: the worst-case optimum"},
                   unit_roles=("unit",)),
     TransformSpec("count_distinct", "ContinualCountDistinct", ("op", "item", "key"),
                   {"max_flips": REQUIRED, "max_keys_per_unit": 1, "semantics": "count"},

@@ -206,7 +206,7 @@ class ReleasePlan:
                 "gate": self.gate, "key_budget": {part: p.descriptor["key_budget"]
                                                   for part, p in self.parts.items()},
                 "part_max_se": {SUM: sum_se, COUNT: count_se},
-                "se_times_count": math.sqrt(sum_se ** 2 + (composed.max_value * count_se) ** 2)}
+                "se_times_count": math.sqrt(sum_se ** 2 + (composed.magnitude * count_se) ** 2)}
 
     @property
     def mean_mechanism(self) -> str:
@@ -389,7 +389,7 @@ def _plan_composed(spec: ReleaseSpec, truncation: Truncation) -> ReleasePlan:
     key holds one state per part: each part gets half the state budget."""
     composed, transform = truncation.composed, spec.name or spec.row.class_name
     if spec.postprocess is not None:
-        check.fail("postprocess", "absent for a mean (its values are clamped to [0, "
+        check.fail("postprocess", "absent for a mean (its values are clamped to [min_value, "
                                   "max_value] already)", spec.postprocess)
     mechanisms = _per_part("mechanism", spec.mechanism, "auto")
     for part, name in mechanisms.items():
@@ -400,7 +400,7 @@ def _plan_composed(spec: ReleaseSpec, truncation: Truncation) -> ReleasePlan:
                                  f"(a key holds one state per part)",
                    spec.max_state_bytes_per_key)
     whole, budget, gate, _ = _budgets(spec)
-    split = best_split(0.0, composed.max_value, budget.noise)
+    split = best_split(composed.min_value, composed.max_value, budget.noise)
     share = split.sum_share if composed.sum_share is None else composed.sum_share
     budgets = share_budget(budget, {SUM: share, COUNT: 1.0 - share})
     parts = {}

@@ -21,13 +21,15 @@ class ContinualCount(ContinualBase):
 
 class ContinualSum(ContinualBase):
     """Running sum per public key; elements (unit, key, value); values clamped to
-    [0, `max_value`], at most `max_contributions` value mass per unit over the horizon (and
+    [`min_value`, `max_value`] (min_value 0 by default; negative for signed values), at most
+    `max_contributions` value mass (the sum of |value|) per unit over the horizon (and
     `max_contributions_per_step`, `max_keys_per_unit` as a count's).
 
     With discrete noise (the default) values are rounded to the grid `value_resolution` g
-    (default max_value / 100) after clamping; truncation, sensitivity and noise work in integer
-    units of g, so the release is exact integers times g (see docs/privacy.md).
-    One unit's total and `max_value` must stay below 2^53 grid units (exact in float64)."""
+    (default max(|min_value|, max_value) / 100) after clamping; truncation, sensitivity and
+    noise work in integer units of g, so the release is exact integers times g (see
+    docs/privacy.md). One unit's total and the range's ends must stay below 2^53 grid units
+    (exact in float64)."""
 
     statistic = "sum"
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from transforms import validation as check
 from transforms.streams import ContributionBounds, count_distinct as distinct_machine
-from transforms.streams.count import value_resolution as grid_of
+from transforms.streams.count import grid_range, value_resolution as grid_of
 from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
 from transforms.streams.records import Declaration
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
@@ -31,6 +31,12 @@ class MeanParts(NamedTuple):
     parts: Dict[str, "Truncation"]
     max_value: float
     sum_share: Optional[float]
+    min_value: float = 0.0
+
+    @property
+    def magnitude(self) -> float:
+        """The largest |mean| the range allows: max(|min_value|, max_value)."""
+        return max(abs(self.min_value), self.max_value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,53 +65,83 @@ def count(*, max_contributions: int = 1, max_contributions_per_step=None,
     `max_contributions` over the horizon to at most `max_keys_per_unit` keys."""
     bounds = ContributionBounds(max_contributions, max_contributions_per_step,
                                 max_keys_per_unit)
-    return Truncation(_across_keys(CountProblem(bounds)), dataclasses.asdict(bounds))
+    return Truncation(_across_keys(CountProblem(bounds)), _described(bounds))
 
 
-def sum_(*, max_value: float, max_contributions: int = 1, max_contributions_per_step=None,
-         max_keys_per_unit: int = 1, value_resolution: Optional[float] = None,
-         noise: str = "discrete") -> Truncation:
-    """Values clamped to [0, max_value], at most `max_contributions` value mass per unit over
-    the horizon; with discrete noise rounded to the grid g = `value_resolution` (default
-    max_value / 100): truncation, sensitivity and noise then work in integer units of g."""
+def _described(bounds: ContributionBounds, **more) -> Dict[str, Any]:
+    """The release descriptor's bounds: min_value only when below 0 (a release without it
+    describes, and so binds, the same bytes as before it existed)."""
+    described = {**dataclasses.asdict(bounds), **more}
+    if not described.get("min_value"):
+        described.pop("min_value", None)
+    return described
+
+
+def sum_(*, max_value: float, min_value: Optional[float] = None, max_contributions: int = 1,
+         max_contributions_per_step=None, max_keys_per_unit: int = 1,
+         value_resolution: Optional[float] = None, noise: str = "discrete") -> Truncation:
+    """Values clamped to [min_value, max_value] (min_value 0 by default), at most
+    `max_contributions` value mass (the sum of |value|) per unit over the horizon; with
+    discrete noise rounded to the grid g = `value_resolution` (default max(|min_value|,
+    max_value) / 100): truncation, sensitivity and noise then work in integer units of g.
+
+    >>> signed = sum_(min_value=-60.0, max_value=120.0, max_contributions=600)
+    >>> signed.value_scale, signed.problem.bounds.limits, signed.nonnegative_truth
+    (1.2, (500.0, 500, 100.0, 1, -50.0), False)
+    """
     bounds = ContributionBounds(max_contributions, max_contributions_per_step,
-                                max_keys_per_unit, max_value=max_value)
-    g = grid_of(max_value, value_resolution, noise)
-    described = {**dataclasses.asdict(bounds), "value_resolution": g}
+                                max_keys_per_unit, max_value=max_value,
+                                min_value=None if not min_value else min_value)
+    g = grid_of(max_value, value_resolution, noise, min_value=bounds.min_value)
+    described = _described(bounds, value_resolution=g)
+    nonnegative = bounds.least >= 0
     if g is None:
-        return Truncation(_across_keys(CountProblem(bounds, with_value=True)), described)
+        return Truncation(_across_keys(CountProblem(bounds, with_value=True)), described,
+                          nonnegative_truth=nonnegative)
     per_step = bounds.max_contributions_per_step
+    least, most = grid_range(bounds.least, bounds.max_value, g)
     units = ContributionBounds(
         max(1, math.floor(bounds.max_contributions / g)),
         None if per_step is None else max(1, math.floor(per_step / g)),
-        bounds.max_keys_per_unit, max_value=float(math.floor(bounds.max_value / g)))
+        bounds.max_keys_per_unit, max_value=most,
+        min_value=None if bounds.min_value is None else least)
     return Truncation(_across_keys(CountProblem(units, with_value=True, value_grid=g,
-                                                max_value=bounds.max_value)),
-                      described, value_scale=g, grid=True)
+                                                max_value=bounds.max_value,
+                                                min_value=bounds.min_value)),
+                      described, value_scale=g, grid=True, nonnegative_truth=nonnegative)
 
 
-def mean(*, max_value: float, max_contributions: int = 1, max_contributions_per_step=None,
-         max_keys_per_unit: int = 1, value_resolution: Optional[float] = None,
-         sum_share: Optional[float] = None, noise: str = "discrete") -> Truncation:
+def mean(*, max_value: float, min_value: Optional[float] = None, max_contributions: int = 1,
+         max_contributions_per_step=None, max_keys_per_unit: int = 1,
+         value_resolution: Optional[float] = None, sum_share: Optional[float] = None,
+         noise: str = "discrete") -> Truncation:
     """One rule (`streams.mean`) keeps at most `max_contributions` events per unit (values
-    clamped to [0, max_value], on the grid with discrete noise); its SUM and COUNT parts are
-    released under one release. The mean's own problem is the count part's (both parts run one
-    rule on the same events, so their unit states are equal)."""
+    clamped to [min_value, max_value], min_value 0 by default, on the grid with discrete
+    noise); its SUM and COUNT parts are released under one release. The mean's own problem is
+    the count part's (both parts run one rule on the same events, so their unit states are
+    equal)."""
     bounds = ContributionBounds(max_contributions, max_contributions_per_step,
                                 max_keys_per_unit)
     max_value = check.positive_finite("max_value", max_value)
-    g = grid_of(max_value, value_resolution, noise)
+    least = 0.0
+    if min_value:  # as a sum's bounds check it
+        least = ContributionBounds(1, max_value=max_value, min_value=min_value).least
+    g = grid_of(max_value, value_resolution, noise, min_value=least or None)
     share = None if sum_share is None else check.open_unit_interval("sum_share", sum_share)
-    described = {**dataclasses.asdict(bounds), "max_value": max_value, "value_resolution": g}
+    described = _described(bounds, max_value=max_value, value_resolution=g)
+    if least:
+        described["min_value"] = least
 
     def part(name):
         return Truncation(MeanProblem(bounds, with_value=True, value_grid=g,
-                                      max_value=max_value, part=name),
+                                      max_value=max_value, min_value=least or None,
+                                      part=name),
                           {**described, "part": name},
-                          value_scale=(g or 1.0) if name == SUM else 1.0, grid=g is not None)
+                          value_scale=(g or 1.0) if name == SUM else 1.0, grid=g is not None,
+                          nonnegative_truth=name == COUNT or least >= 0)
     parts = {name: part(name) for name in PARTS}
     return Truncation(parts[COUNT].problem, described, grid=g is not None,
-                      composed=MeanParts(parts, max_value, share))
+                      composed=MeanParts(parts, max_value, share, least))
 
 
 def count_distinct(*, max_flips: int, max_keys_per_unit: int = 1, semantics="count",

@@ -42,6 +42,13 @@ def positive_finite(name: str, value) -> float:
     return float(value)
 
 
+def finite_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value):
+        fail(name, "a finite number", value)
+    return float(value)
+
+
 def integer_at_least(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         fail(name, f"an integer >= {minimum}", value)

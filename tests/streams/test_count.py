@@ -30,13 +30,19 @@ def test_uncapped_count_equals_plain_count():
             assert np.array_equal(result.stream(key), expected)
 
 
-@pytest.mark.parametrize("with_value", [False, True])
-def test_unit_contributions_are_in_s_k_k_on_at_most_m_keys(with_value):
+@pytest.mark.parametrize("with_value,min_value", [(False, None), (True, None), (True, -0.5)])
+def test_unit_contributions_are_in_s_k_k_on_at_most_m_keys(with_value, min_value):
+    """The empirical neighbour test: removing one unit changes each key's stream by a vector
+    of S_{k,k} (l1 <= k over all its keys, |entries| <= the per-step cap), on at most m keys;
+    non-negative unless values may be negative (min_value < 0: values in [-1, 4) clamped to
+    [-0.5, 2.5])."""
     rng = np.random.default_rng(21)
+    negative = False
     for _ in range(400):
         horizon = int(rng.integers(1, 8))
         k, per_step, m = int(rng.integers(1, 5)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
-        bounds = ContributionBounds(k, per_step, m, max_value=2.5 if with_value else None)
+        bounds = ContributionBounds(k, per_step, m, max_value=2.5 if with_value else None,
+                                    min_value=min_value)
         records = random_events(rng, horizon, with_value=with_value)
         full = count_streams(records, horizon, bounds)
         assert full.declaration.interval_bound == k == full.declaration.max_contributions
@@ -47,9 +53,12 @@ def test_unit_contributions_are_in_s_k_k_on_at_most_m_keys(with_value):
             assert len(touched) <= m
             total = sum(np.abs(d).sum() for d in diffs)
             assert total <= k + 1e-9
+            floor = -per_step if min_value is not None else 0.0
             for d in diffs:
-                assert np.all(d >= -1e-12) and np.all(d <= per_step + 1e-9)
+                assert np.all(d >= floor - 1e-12) and np.all(d <= per_step + 1e-9)
                 assert max_interval_sum(d) <= k + 1e-9
+            negative = negative or any(np.any(d < 0) for d in diffs)
+    assert negative == (min_value is not None)  # the signed case did take negative values
 
 
 def test_deterministic_drops():
@@ -65,6 +74,10 @@ def test_deterministic_drops():
     sums = count_streams([(0, "u", "a", 5.0), (0, "u", "a", -2.0), (1, "u", "a", 1.5)], 2,
                          ContributionBounds(3, None, 1, max_value=2.0))
     assert sums.stream("a").tolist() == [2.0, 1.0]  # clamped to [0, 2], then cut at k = 3
+    signed = count_streams([(0, "u", "a", 5.0), (0, "u", "a", -2.0), (1, "u", "a", 1.5)], 2,
+                           ContributionBounds(3, None, 1, max_value=2.0, min_value=-1.0))
+    # clamped to [-1, 2]: -1 (mass 1) then 2 (mass 2) fill k = 3; step 1 has no room left
+    assert signed.stream("a").tolist() == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("record,reason", [
@@ -93,21 +106,28 @@ def test_bad_sum_values_become_dead_letters():
      r"^`max_keys_per_unit` must be an integer >= 1; got 0\.$"),
     ({"max_contributions": 2, "max_value": -1.0},
      r"^`max_value` must be a positive finite number; got -1\.0\.$"),
+    ({"max_contributions": 2, "max_value": 1.0, "min_value": 1.0},
+     r"^`min_value` must be below max_value \(1\.0\); got 1\.0\.$"),
+    ({"max_contributions": 2, "min_value": -1.0},
+     r"^`min_value` must be None without a max_value"),
+    ({"max_contributions": 2, "max_value": 1.0, "min_value": float("-inf")},
+     r"^`min_value` must be a finite number; got -inf\.$"),
 ])
 def test_bounds_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ContributionBounds(**kwargs)
 
 
-@pytest.mark.parametrize("max_value", [None, 2.5])
-def test_one_event_fast_path_equals_the_general_loop(max_value):
+@pytest.mark.parametrize("max_value,min_value", [(None, None), (2.5, None), (2.5, -0.7)])
+def test_one_event_fast_path_equals_the_general_loop(max_value, min_value):
     """`truncate_one` (the unrolled single event) == the rule `truncate_events`: the same
     keys, contributions, dropped reasons and mass, over random states and events."""
     from transforms.streams.count import truncate_events, truncate_one
     rng = np.random.default_rng(22)
     for _ in range(3000):
         k, per_step, m = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
-        limits = ContributionBounds(k, per_step, m, max_value=max_value).limits
+        limits = ContributionBounds(k, per_step, m, max_value=max_value,
+                                    min_value=min_value).limits
         keys = [f"k{i}" for i in rng.permutation(3)[:int(rng.integers(0, m + 1))]]
         used = float(rng.integers(0, k + 1)) if max_value is None else float(rng.uniform(0, k))
         value = 1.0 if max_value is None else float(rng.uniform(-1, 4))

@@ -10,28 +10,32 @@ from transforms.streams.mean import COUNT, SUM, MeanProblem, mean_step
 from transforms.streams.units import run_unit
 
 
-def random_steps(rng, keys=("a", "b", "c")):
-    return {int(step): [(keys[rng.integers(len(keys))], float(rng.integers(0, 40)))
+def random_steps(rng, keys=("a", "b", "c"), low=0):
+    return {int(step): [(keys[rng.integers(len(keys))], float(rng.integers(low, 40)))
                         for _ in range(int(rng.integers(1, 5)))]
             for step in rng.choice(6, size=int(rng.integers(1, 5)), replace=False)}
 
 
-@pytest.mark.parametrize("limits", [(1.0, 3, None, 1), (2.0, 4, None, 2), (5.0, 5, None, 3)])
-def test_both_parts_keep_the_count_rules_events_and_the_smallest_values(limits):
+@pytest.mark.parametrize("value_range", [(0.0, 30.0), (-20.0, 30.0)])
+@pytest.mark.parametrize("limits", [(1.0, 3, None, 1, None), (2.0, 4, None, 2, None),
+                                    (5.0, 5, None, 3, None)])
+def test_both_parts_keep_the_count_rules_events_and_the_smallest_values(limits, value_range):
     """3,000 random units: the COUNT part is `truncate_step` on the events counted as 1 (same
     `used`, admitted keys and drop counts); the SUM part's contribution of a key is the sum of
-    its n smallest clamped values, n the count kept; both parts end in the same unit state."""
+    its n smallest clamped values, n the count kept; both parts end in the same unit state.
+    Signed values (a negative min_value) keep the same events."""
     rng = np.random.default_rng(int(limits[1]))
-    cap = 30.0
+    low, cap = value_range
     for _ in range(3_000):
-        by_step = random_steps(rng)
+        by_step = random_steps(rng, low=-30 if low < 0 else 0)
         states = {}
         for part in (SUM, COUNT):
             keys, used, out, dropped = [], 0.0, [], {}
             ref_keys, ref_used, ref_out, ref_dropped = [], 0.0, [], {}
             for step in sorted(by_step):
                 events = by_step[step]
-                used = mean_step(part, cap, limits, keys, used, step, events, out, dropped)
+                used = mean_step(part, value_range, limits, keys, used, step, events, out,
+                                 dropped)
                 ref_used = truncate_step(limits, ref_keys, ref_used, step,
                                          [(k, 1.0) for k, _ in events], ref_out, ref_dropped)
             assert (used, keys, dropped) == (ref_used, ref_keys, ref_dropped)
@@ -39,7 +43,7 @@ def test_both_parts_keep_the_count_rules_events_and_the_smallest_values(limits):
                 assert out == ref_out
             else:
                 expected = [(key, step, float(sum(sorted(
-                    min(v, cap) for k, v in by_step[step] if k == key)[:int(n)])))
+                    min(max(v, low), cap) for k, v in by_step[step] if k == key)[:int(n)])))
                     for key, step, n in ref_out]
                 assert out == expected
             states[part] = (used, tuple(keys))
@@ -58,6 +62,13 @@ def test_parts_declare_their_streams_sensitivities():
             total.declaration.joint_mass) == (80, 80, 80)
     floats = MeanProblem(bounds, with_value=True, max_value=2.5, part=SUM)  # no grid
     assert floats.declaration.max_contributions == 10  # ceil(4 x 2.5): never under
+    # signed values: the mass is the largest magnitude, |min_value| here (ceil(-7.3 / 0.5)
+    # rounded as values are: -15 grid units)
+    signed = MeanProblem(bounds, with_value=True, value_grid=0.5, max_value=5.0,
+                         min_value=-7.3, part=SUM)
+    assert signed.value_range == (-15.0, 10.0)
+    assert (signed.declaration.interval_bound, signed.declaration.max_contributions,
+            signed.declaration.joint_mass) == (60, 60, 60)
 
 
 def test_a_unit_run_of_both_parts_agrees_with_the_rule():

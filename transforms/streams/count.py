@@ -1,21 +1,25 @@
 """Plain continual count / sum per public key with per-unit contribution caps.
 
 Each privacy unit (user) contributes at most `max_contributions_per_step` events (for sums: value
-mass, each value clamped to [0, `max_value`]) per step and `max_contributions` over the whole
-horizon, across all keys, to at most `max_keys_per_unit` keys. Deterministic drops:
+mass, the sum of |value| with each value clamped to [`min_value`, `max_value`], min_value 0 by
+default) per step and `max_contributions` over the whole horizon, across all keys, to at most
+`max_keys_per_unit` keys. Deterministic drops:
 - keys: a unit keeps the first `max_keys_per_unit` keys it uses, by step of first use, ties in
   canonical key order; events for other keys are dropped;
 - events within a step: taken in canonical (key, value) order until a cap is reached; for sums
-  the event that crosses a cap is cut to what is left.
-One unit then changes each key's difference stream by a non-negative vector with l1 <= k, hence
-interval sums <= k: S_{k,k} (not the alternating S_{1,k}), on at most max_keys_per_unit keys.
+  the event that crosses a cap is cut to what is left (its magnitude; it keeps its sign).
+One unit then changes each key's difference stream by a vector with l1 <= k, hence interval sums
+in [-k, k]: S_{k,k} (Andersson et al. 2026 Sec. 6.2 define S_{D,k} for integer vectors of any
+sign; not the alternating S_{1,k}), on at most max_keys_per_unit keys; the vector is
+non-negative when min_value >= 0.
 Both caps hold across keys (`used` and the step's total are one budget per unit, not per key):
-the unit's vectors v_1..v_m satisfy sum_j ||v_j||_1 <= k and sum_j v_j[t] <= per-step cap, which
+the unit's vectors v_1..v_m satisfy sum_j ||v_j||_1 <= k and sum_j |v_j[t]| <= per-step cap, which
 is what the joint calibration over keys uses (`Declaration.joint_mass` = k, see records.py).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Dict, Hashable, Optional, Sequence, Tuple
 
 from transforms import validation as check
@@ -40,6 +44,7 @@ class ContributionBounds:
     max_contributions_per_step: Optional[int] = None
     max_keys_per_unit: int = 1
     max_value: Optional[float] = None  # sums only
+    min_value: Optional[float] = None  # sums only: None is 0 (values clamped to [0, max_value])
 
     def __post_init__(self):
         check.integer_at_least("max_contributions", self.max_contributions, 1)
@@ -49,6 +54,13 @@ class ContributionBounds:
         check.integer_at_least("max_keys_per_unit", self.max_keys_per_unit, 1)
         if self.max_value is not None:
             check.positive_finite("max_value", self.max_value)
+        if self.min_value is not None:
+            if self.max_value is None:
+                check.fail("min_value", "None without a max_value (counts take no values)",
+                           self.min_value)
+            check.finite_number("min_value", self.min_value)
+            if not self.min_value < self.max_value:
+                check.fail("min_value", f"below max_value ({self.max_value})", self.min_value)
 
     @property
     def per_step(self) -> float:
@@ -56,21 +68,48 @@ class ContributionBounds:
         return float(self.max_contributions if cap is None else min(cap, self.max_contributions))
 
     @property
-    def limits(self) -> Tuple[float, int, Optional[float], int]:
-        """(per_step, max_contributions, max_value, max_keys_per_unit): `truncate_step`'s."""
-        return self.per_step, self.max_contributions, self.max_value, self.max_keys_per_unit
+    def least(self) -> Optional[float]:
+        """The smallest value kept (sums: min_value, 0 by default; None for counts)."""
+        if self.max_value is None:
+            return None
+        return 0.0 if self.min_value is None else float(self.min_value)
+
+    @property
+    def limits(self) -> Tuple[float, int, Optional[float], int, Optional[float]]:
+        """(per_step, max_contributions, max_value, max_keys_per_unit, least): `truncate_step`'s
+        arguments."""
+        return (self.per_step, self.max_contributions, self.max_value, self.max_keys_per_unit,
+                self.least)
 
 
-def value_resolution(max_value: float, given: Optional[float], noise: str) -> Optional[float]:
+def value_resolution(max_value: float, given: Optional[float], noise: str,
+                     min_value: Optional[float] = None) -> Optional[float]:
     """A sum's value grid g (ContinualSum, ContinualMean, `pipelines.plan`): the given one
-    (positive, at most max_value), else max_value / 100 with discrete noise (integer grid
-    units), else None (float noise: no grid)."""
+    (positive, at most the largest magnitude max(|min_value|, max_value)), else that magnitude
+    / 100 with discrete noise (integer grid units), else None (float noise: no grid).
+
+    >>> value_resolution(120.0, None, "discrete", min_value=-60.0)
+    1.2
+    >>> value_resolution(50.0, None, "discrete", min_value=-200.0)
+    2.0
+    """
+    magnitude = max(max_value, abs(min_value or 0.0))
     if given is not None:
         check.positive_finite("value_resolution", given)
-        if given > max_value:
-            check.fail("value_resolution", f"<= max_value ({max_value})", given)
+        if given > magnitude:
+            limit = "max_value" if min_value is None else "max(|min_value|, max_value)"
+            check.fail("value_resolution", f"<= {limit} ({magnitude})", given)
         return given
-    return max_value / 100.0 if noise == "discrete" else None
+    return magnitude / 100.0 if noise == "discrete" else None
+
+
+def grid_range(least: float, most: float, g: float) -> Tuple[float, float]:
+    """[least, most] in whole grid units of g, rounded toward 0 (never wider than the range).
+
+    >>> grid_range(-60.0, 120.0, 1.2)
+    (-50.0, 100.0)
+    """
+    return float(math.ceil(least / g)), float(math.floor(most / g))
 
 
 def _event_order(event):
@@ -93,7 +132,8 @@ def truncate_step(limits: tuple, keys: list, used: float, step: int, events: Seq
     events by the bound that cut them into `dropped` (if not None); returns the new `used`.
 
     Args:
-      limits: `ContributionBounds.limits`.
+      limits: `ContributionBounds.limits` (a sum's values are clamped to [least, max_value];
+        an event's mass is its clamped value's magnitude).
       keys: the unit's admitted keys (updated in place).
       used: the unit's contribution mass so far.
       step, events: the step and its events, in any order (the rule orders them).
@@ -102,10 +142,17 @@ def truncate_step(limits: tuple, keys: list, used: float, step: int, events: Seq
       The unit's contribution mass after the step.
 
     >>> out = []
-    >>> truncate_step((2.0, 3, None, 1), [], 0.0, 0, [("a", 1.0)] * 3 + [("b", 1.0)], out, None)
+    >>> truncate_step((2.0, 3, None, 1, None), [], 0.0, 0, [("a", 1.0)] * 3 + [("b", 1.0)],
+    ...               out, None)
     2.0
     >>> out
     [('a', 0, 2.0)]
+    >>> signed = []   # a sum in [-5, 5]: mass 4 + 3 = 7 > 6, so 3 is cut to 2 (signs kept)
+    >>> truncate_step((6.0, 6, 5.0, 1, -5.0), [], 0.0, 0, [("a", 3.0), ("a", -4.0)], signed,
+    ...               None)
+    6.0
+    >>> signed
+    [('a', 0, -2.0)]
     """
     if len(events) == 1:  # one event (most steps of most units)
         return truncate_one(limits, keys, used, step, events[0], out, dropped)
@@ -115,7 +162,7 @@ def truncate_step(limits: tuple, keys: list, used: float, step: int, events: Seq
 def truncate_events(limits: tuple, keys: list, used: float, step: int, events: Sequence,
                      out: list, dropped: Optional[dict]) -> float:
     """`truncate_step` written out: the reference rule for any number of events."""
-    per_step, total, most, max_keys = limits
+    per_step, total, most, max_keys, least = limits
     if len(keys) < max_keys:
         seen = {key for key, _ in events}
         for key in (seen if len(seen) == 1 else sorted(seen, key=canonical)):
@@ -134,16 +181,17 @@ def truncate_events(limits: tuple, keys: list, used: float, step: int, events: S
             if dropped is not None:
                 dropped[KEY_CAP] = dropped.get(KEY_CAP, 0) + 1
             continue
-        amount = value if most is None else min(max(value, 0.0), most)
+        amount = value if most is None else min(max(value, least), most)
         step_room, horizon_room = per_step - step_used, total - used
         room = min(step_room, horizon_room)
-        take = min(amount, room) if most is not None else (amount if amount <= room else 0.0)
+        mass = abs(amount)
+        take = min(mass, room) if most is not None else (mass if mass <= room else 0.0)
         if take <= 0:
             if dropped is not None:
                 reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
                 dropped[reason] = dropped.get(reason, 0) + 1
             continue
-        taken[key] = taken.get(key, 0.0) + take
+        taken[key] = taken.get(key, 0.0) + (take if amount > 0 else -take)
         step_used += take
         used += take
     if len(taken) == 1:
@@ -158,7 +206,7 @@ def truncate_one(limits: tuple, keys: list, used: float, step: int, event, out: 
                   dropped: Optional[dict]) -> float:
     """`truncate_events` of a single event, unrolled: it is most of truncation's per-event
     cost in streaming (tests/streams/test_count.py checks it equals the rule)."""
-    per_step, total, most, max_keys = limits
+    per_step, total, most, max_keys, least = limits
     key, value = event
     if len(keys) < max_keys and key not in keys:
         keys.append(key)
@@ -167,14 +215,15 @@ def truncate_one(limits: tuple, keys: list, used: float, step: int, event, out: 
     elif key not in keys:
         reason = KEY_CAP
     else:
-        amount = value if most is None else min(max(value, 0.0), most)
+        amount = value if most is None else min(max(value, least), most)
         step_room, horizon_room = per_step - 0.0, total - used
         room = min(step_room, horizon_room)
-        take = min(amount, room) if most is not None else (amount if amount <= room else 0.0)
+        mass = abs(amount)
+        take = min(mass, room) if most is not None else (mass if mass <= room else 0.0)
         if take <= 0:
             reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP
         else:
-            out.append((key, step, 0.0 + take))
+            out.append((key, step, 0.0 + (take if amount > 0 else -take)))
             return used + take
     if dropped is not None:
         dropped[reason] = dropped.get(reason, 0) + 1

@@ -7,14 +7,15 @@ kept of a key at a step are its n smallest clamped values, n the count the rule 
 canonical (key, value) order the count rule takes events in). The count part releases n, the
 sum part the sum of those values, so the bounds are stated once and mean the same for both:
 one unit changes the count stream by a non-negative vector of l1 <= k and the sum stream by a
-non-negative vector of l1 <= k * max_value (S_{k,k} and S_{kM,kM}, in grid units for sums),
-over at most `max_keys_per_unit` keys. Imports no Beam.
+vector of l1 <= k M, M = max(|min_value|, max_value) (S_{k,k} and S_{kM,kM}, in grid units
+for sums; signed when min_value < 0), over at most `max_keys_per_unit` keys. Imports no
+Beam.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from transforms import validation as check
 from transforms.mechanisms.base import EXACT_LIMIT, EXACT_LIMIT_TEXT
@@ -27,15 +28,16 @@ SUM, COUNT = "sum", "count"
 PARTS = (SUM, COUNT)
 
 
-def mean_step(part: str, value_cap: float, limits: tuple, keys: list, used: float,
-              step: int, events: Sequence, out: list, dropped: Optional[dict]) -> float:
+def mean_step(part: str, value_range: Tuple[float, float], limits: tuple, keys: list,
+              used: float, step: int, events: Sequence, out: list,
+              dropped: Optional[dict]) -> float:
     """The mean's truncation rule, one unit and one step: `truncate_step` on the events counted
     as 1 decides how many events n each key keeps; the part's contribution of a key is n
-    (COUNT) or the sum of the key's n smallest values clamped to [0, `value_cap`] (SUM).
+    (COUNT) or the sum of the key's n smallest values clamped to `value_range` (SUM).
     Same arguments and result as `truncate_step`.
 
     >>> out = []
-    >>> mean_step(SUM, 10.0, (2.0, 3, None, 1), [], 0.0, 0,
+    >>> mean_step(SUM, (0.0, 10.0), (2.0, 3, None, 1, None), [], 0.0, 0,
     ...           [("a", 7.0), ("a", 50.0), ("a", 1.0)], out, None)
     2.0
     >>> out   # two events kept: the two smallest values, 1 + 7
@@ -47,8 +49,9 @@ def mean_step(part: str, value_cap: float, limits: tuple, keys: list, used: floa
     if part == COUNT or not counted:
         out.extend(counted)
         return used
+    low, high = value_range
     for key, at, kept in counted:
-        values = sorted(min(max(value, 0.0), value_cap) for k, value in events if k == key)
+        values = sorted(min(max(value, low), high) for k, value in events if k == key)
         out.append((key, at, float(sum(values[:int(kept)]))))
     return used
 
@@ -56,9 +59,9 @@ def mean_step(part: str, value_cap: float, limits: tuple, keys: list, used: floa
 @dataclasses.dataclass
 class MeanProblem(CountProblem):
     """One part (SUM or COUNT) of a running mean: elements (unit, key, value); `bounds` in
-    events (`max_value` unset: the count rule), values clamped to [0, max_value] and, with
-    `value_grid` g, rounded to the nearest multiple of g (payloads and the sum part's
-    declaration in grid units)."""
+    events (`max_value` unset: the count rule), values clamped to [min_value, max_value]
+    (min_value 0 by default) and, with `value_grid` g, rounded to the nearest multiple of g
+    (payloads and the sum part's declaration in grid units)."""
     part: str = SUM
 
     def __post_init__(self):
@@ -68,11 +71,15 @@ class MeanProblem(CountProblem):
                                  "max_value", self.bounds)
         super().__post_init__()
         grid = self.value_grid
-        self.value_cap = float(self.max_value if grid is None
-                               else (self.max_value / grid + 0.5) // 1)
+        least = self.min_value or 0.0
+        # in grid units: the ends rounded as values are (nearest, halves up), so clamping
+        # after rounding is rounding after clamping
+        self.value_range = (float(least), float(self.max_value)) if grid is None \
+            else (float((least / grid + 0.5) // 1), float((self.max_value / grid + 0.5) // 1))
         k = self.bounds.max_contributions
         if self.part == SUM:
-            mass = math.ceil(k * self.value_cap)  # an integer (exact in grid units)
+            # an integer (exact in grid units)
+            mass = math.ceil(k * max(abs(self.value_range[0]), self.value_range[1]))
             if grid is not None and not mass < EXACT_LIMIT:
                 check.fail("value_resolution", f"large enough that max_contributions x "
                                                f"max_value / value_resolution < "
@@ -84,5 +91,5 @@ class MeanProblem(CountProblem):
             self.declaration = dataclasses.replace(self.declaration, joint_mass=k)
 
     def truncate(self, limits, keys, used, step, events, out, dropped):
-        return mean_step(self.part, self.value_cap, limits, keys, used, step, events, out,
+        return mean_step(self.part, self.value_range, limits, keys, used, step, events, out,
                          dropped)

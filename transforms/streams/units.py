@@ -74,6 +74,8 @@ class Problem:
     paths below, which the stages call without knowing the problem's class."""
     declaration: Declaration
     every_step = False  # the machine must see every step, in order (triangles)
+    # values parsed below and above the value range, counted by `parse` (sums and means)
+    clamped: Optional[list] = None
     # payloads of a step must reach `advance` in `sorted_payloads` order (False: the rule
     # orders a step's payloads itself, and any order gives the same result)
     ordered = True
@@ -204,13 +206,15 @@ def _is_op(op) -> bool:
 @dataclasses.dataclass
 class CountProblem(Problem):
     """Counts and sums (elements (unit, key) or (unit, key, value)). With `value_grid` g, a
-    value is clamped to [0, max_value] and rounded to the nearest multiple of g; the payload is
-    the integer number of grid units, and `bounds` are in grid units too (discrete noise
-    releases integers)."""
+    value is clamped to [min_value, max_value] (min_value 0 by default) and rounded to the
+    nearest multiple of g; the payload is the integer number of grid units, and `bounds` are in
+    grid units too (discrete noise releases integers). `clamped` counts the values parsed below
+    min_value and above max_value (operator-only: they depend on the data)."""
     bounds: ContributionBounds
     with_value: bool = False
     value_grid: Optional[float] = None
     max_value: Optional[float] = None
+    min_value: Optional[float] = None
 
 
     def __post_init__(self):
@@ -220,6 +224,12 @@ class CountProblem(Problem):
         if not self.with_value or self.value_grid is not None:
             self._check_exact()
         self.limits = self.bounds.limits  # `truncate_step`'s, computed once (per event cost)
+        # the values' range in the data's units (sums: as configured; truncation clamps to
+        # it in grid units), for the clamped counts
+        most = self.max_value if self.max_value is not None else self.bounds.max_value
+        least = self.min_value if self.min_value is not None else self.bounds.min_value
+        self.clamp_range = None if most is None else (float(least or 0.0), float(most))
+        self.clamped = [0, 0]  # values below the range, above it (operator-only)
 
     # the step's truncation rule (`count.truncate_step`; `MeanProblem` takes one of its parts)
     truncate = staticmethod(truncate_step)
@@ -231,7 +241,8 @@ class CountProblem(Problem):
         units are bounded where they are summed, in the release)."""
         bounds = self.bounds
         if bounds.max_contributions < EXACT_LIMIT and (
-                bounds.max_value is None or bounds.max_value < EXACT_LIMIT):
+                bounds.max_value is None or bounds.max_value < EXACT_LIMIT) and (
+                bounds.min_value is None or -bounds.min_value < EXACT_LIMIT):
             return
         if self.value_grid is None:
             check.fail("max_contributions", f"an integer < {EXACT_LIMIT_TEXT} (float64 adds "
@@ -271,8 +282,13 @@ class CountProblem(Problem):
             if not _finite_number(value):
                 return None, Reason("bad_value", f"value must be a finite number; got "
                                                  f"{shown(value)}")
+            low, high = self.clamp_range
+            if value < low:
+                self.clamped[0] += 1
+            elif value > high:
+                self.clamped[1] += 1
             if self.value_grid is not None:
-                clamped = min(max(float(value), 0.0), self.max_value)
+                clamped = min(max(float(value), low), high)
                 value = math.floor(clamped / self.value_grid + 0.5)
         return Parsed(unit, (key, float(value))), None
 
@@ -289,8 +305,11 @@ class CountProblem(Problem):
         if not self.with_value:
             return units, [(key, 1.0) for key in keys]
         values = np.asarray(columns[2], dtype=np.float64)
+        low, high = self.clamp_range
+        self.clamped[0] += int(np.count_nonzero(values < low))
+        self.clamped[1] += int(np.count_nonzero(values > high))
         if self.value_grid is not None:
-            values = np.floor(np.minimum(np.maximum(values, 0.0), self.max_value)
+            values = np.floor(np.minimum(np.maximum(values, low), high)
                               / self.value_grid + 0.5)
         return units, list(zip(keys, values.tolist()))
 
