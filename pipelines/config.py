@@ -116,6 +116,9 @@ class InputSpec:
     max_dead_letter_fraction: float = 0.5
     bootstrap_servers: Optional[str] = None
     topic: Optional[str] = None
+    # the folder the config was read from: a relative `path` is read from the current folder,
+    # and an error says when the config's folder has it instead (messages only)
+    config_folder: Optional[str] = None
 
     @property
     def unbounded(self) -> bool:
@@ -566,7 +569,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     return JobConfig(job, transform,
                      InputSpec(resolve_path(source["path"]) if source_kind == "files" else "",
                                fmt, dict(fields), timestamp_format, types, source_kind,
-                               **stream),
+                               **stream, config_folder=base_dir),
                      StepsSpec(origin, size, horizon, **timing),
                      PrivacySpec(**privacy, noise=noise, gate_share=gate_share,
                                  allow_large_delta=bool(allow_large_delta)),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import csv
 import functools
+import glob
 import importlib.util
 import json
 import math
 import os
 import re
 import tempfile
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -209,7 +211,7 @@ def read_parquet_batches(pipeline, job: job_config.JobConfig):
     """Parquet input as Arrow tables -> (EventBatches, [dead letters]): the rows that
     `read_rows` | `ToElement` give, with the same dead letters, without a Beam element per
     row."""
-    good, bad = check_parquet_files(job.input.path)
+    good, bad = check_parquet_files(job.input.path, job.input.config_folder)
     tables = (pipeline | "ParquetFiles" >> beam.Create(good)
               | "ReadParquet" >> beam.io.ReadAllFromParquetBatched())
     batches = tables | "ToEventBatches" >> beam.ParDo(
@@ -358,7 +360,8 @@ class _JsonFileToBatches(beam.DoFn):
 def read_jsonl_batches(pipeline, job: job_config.JobConfig):
     """JSON lines -> (EventBatches, [dead letters]): what `read_rows` | `ToElement` give,
     without a Beam element per line (a file is read by one worker; files in parallel)."""
-    files = pipeline | "JsonFiles" >> beam.Create(input_files(job.input.path))
+    files = pipeline | "JsonFiles" >> beam.Create(input_files(job.input.path,
+                                                              job.input.config_folder))
     batches = files | "ToEventBatches" >> beam.ParDo(_JsonFileToBatches(job)).with_outputs(
         DEAD_LETTER, main="batches")
     main = batches.batches
@@ -373,7 +376,7 @@ def read_rows(pipeline, job: job_config.JobConfig):
     parallel). CSV: the records of a file, read by one worker (files in parallel), so that a
     quoted cell may hold line breaks (RFC 4180): a record is one or more lines."""
     if job.input.format == "parquet":
-        good, bad = check_parquet_files(job.input.path)
+        good, bad = check_parquet_files(job.input.path, job.input.config_folder)
         rows = (pipeline | "ParquetFiles" >> beam.Create(good)
                 | "ReadParquet" >> beam.io.ReadAllFromParquet())
         dead = pipeline | "UnreadableFiles" >> beam.Create(
@@ -385,9 +388,10 @@ def read_rows(pipeline, job: job_config.JobConfig):
         parsed = lines | "ParseJson" >> beam.ParDo(ParseJson()).with_outputs(
             DEAD_LETTER, main="rows")
     else:
-        files = pipeline | "CsvFiles" >> beam.Create(input_files(job.input.path))
-        parsed = files | "ParseCsv" >> beam.ParDo(ParseCsvFile(csv_header(job.input.path),
-                                                   functools.partial(row_unit, job))
+        path, folder = job.input.path, job.input.config_folder
+        files = pipeline | "CsvFiles" >> beam.Create(input_files(path, folder))
+        parsed = files | "ParseCsv" >> beam.ParDo(ParseCsvFile(csv_header(path, folder),
+                                                               functools.partial(row_unit, job))
                                                   ).with_outputs(DEAD_LETTER, main="rows")
     return parsed.rows, [parsed[DEAD_LETTER]]
 
@@ -457,15 +461,21 @@ class ParseJson(beam.DoFn):
             yield row
 
 
-def input_files(pattern: str):
-    """The files the input path matches; a one-line error when none."""
+def input_files(pattern: str, config_folder: Optional[str] = None):
+    """The files the input path matches; a one-line error when none (for a relative path: the
+    folder it was read from, and the path from here when the config's folder has it)."""
     try:
         match = FileSystems.match([pattern])[0].metadata_list
     except Exception as error:  # noqa: BLE001 (a filesystem's own error: report it in one line)
         job_config.fail("input.path", "a readable path or glob", f"{pattern} ({error})")
     if not match:
-        where = "" if "://" in pattern or os.path.isabs(pattern) else \
-            f" (a relative path is read from the current folder, {os.getcwd()})"
+        where = ""
+        if "://" not in pattern and not os.path.isabs(pattern):
+            where = f" (a relative path is read from the current folder, {os.getcwd()})"
+            beside = os.path.join(config_folder or "", pattern)
+            if config_folder and "://" not in config_folder and glob.glob(beside):
+                where = (f" from the current folder (the config's folder has it: give "
+                         f"{os.path.relpath(beside)!r})")
         job_config.fail("input.path", "matching at least one file" + where, pattern)
     return sorted(m.path for m in match)
 
@@ -477,12 +487,12 @@ COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".zst", ".zstd", ".deflate", ".lz
                        ".snappy", ".zip")
 
 
-def check_text_files(pattern) -> None:
+def check_text_files(pattern, config_folder=None) -> None:
     """JSON lines and CSV inputs are text (or compressed by their name, which Beam reads
     through): a file that starts as binary data (compressed without its suffix, a Parquet
     file in a text glob) would be read as a few garbage lines that hide all its records, so
     it is a one-line error."""
-    for path in input_files(pattern):
+    for path in input_files(pattern, config_folder):
         if path.lower().endswith(COMPRESSED_SUFFIXES):
             continue
         with FileSystems.open(path) as handle:
@@ -492,11 +502,11 @@ def check_text_files(pattern) -> None:
                                           "needs its suffix, e.g. .gz)", path)
 
 
-def csv_header(pattern):
+def csv_header(pattern, config_folder=None):
     """The header every CSV file of `pattern` starts with (its files are read by the first
     one's header): a file without one, or with another, is a one-line error."""
     headers = {}
-    for path in input_files(pattern):
+    for path in input_files(pattern, config_folder):
         with FileSystems.open(path) as handle:
             first = handle.readline()
         try:
@@ -525,11 +535,11 @@ def read_failure(error: Exception, job: job_config.JobConfig):
                    f"{job.input.path}: {first}")
 
 
-def check_parquet_files(pattern):
+def check_parquet_files(pattern, config_folder=None):
     """(readable files, [(unreadable file, why)]); a one-line error if none is readable."""
     import pyarrow.parquet as pq
     good, bad = [], []
-    for path in input_files(pattern):
+    for path in input_files(pattern, config_folder):
         try:
             with FileSystems.open(path) as handle:
                 pq.ParquetFile(handle).schema_arrow
@@ -611,11 +621,11 @@ def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None)
     if job.input.unbounded:
         pass  # a subscription: its reader checks it when the job starts
     elif job.input.format == "parquet":
-        check_parquet_files(job.input.path)
+        check_parquet_files(job.input.path, job.input.config_folder)
     else:
-        check_text_files(job.input.path)
+        check_text_files(job.input.path, job.input.config_folder)
         if job.input.format == "csv":
-            csv_header(job.input.path)
+            csv_header(job.input.path, job.input.config_folder)
     if "://" not in job.output.path:
         try:
             os.makedirs(job.output.path, exist_ok=True)

@@ -132,6 +132,27 @@ def test_config_errors_are_one_line_before_the_pipeline_starts(tmp_path, capsys,
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
 
 
+def test_a_relative_input_path_beside_the_config_says_how_to_name_it(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A relative input.path is read from the current folder; when only the config's folder
+    has it, the one-line error gives the path to use from here."""
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "events.jsonl").write_text(open(os.path.join(
+        ROOT, "pipelines", "demo_data", "signups.jsonl")).read())
+    config = _config(tmp_path, input__path="events.jsonl")
+    (folder / "job.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    assert job_run.main(["--config", "jobs/job.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: `input.path` must be matching at least one file from the current "
+                   "folder (the config's folder has it: give 'jobs/events.jsonl'); got "
+                   "'events.jsonl'.\n"), err
+    config["input"]["path"] = "jobs/events.jsonl"
+    (folder / "job.yaml").write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", "jobs/job.yaml"]) == 0
+
+
 def test_config_file_problems_are_one_line(tmp_path, capsys):
     duplicate = tmp_path / "dup.yaml"
     duplicate.write_text(open(os.path.join(ROOT, "configs", "signups.yaml")).read()
