@@ -31,6 +31,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import storage
+from pipelines.config import config_path
 from pipelines.checkpoints import (COMMITTED, LEDGER, ConcurrentRun, checkpoint_files,
                                    create_if_absent, join, marker_mac, marker_path, read_json,
                                    same_checkpoint, verify_checkpoint, verify_marker,
@@ -275,6 +276,30 @@ def committed_folders(job):
         return job.public_path, job.operator_path
     folder = os.path.join(sets, current)
     return os.path.join(folder, "public"), os.path.join(folder, "operator")
+
+
+def config_identity(config: str) -> str:
+    """The config a run was started with, as the operator summary records it: a local file's
+    absolute path (`demo:<job>` is its bundled file), a remote path as given."""
+    if "://" in config:
+        return config
+    return os.path.abspath(config_path(config))
+
+
+def refuse_other_config(job, config: str) -> None:
+    """A batch run replaces its job's output set whole: refused when the set was written by
+    another config file (a copied config that kept `job:`), which it would silently replace.
+    Reads the committed operator summary's `config` (config file names only, no data)."""
+    if config is None:
+        return
+    try:
+        with open(os.path.join(committed_folders(job)[1], "summary.json")) as handle:
+            other = json.load(handle).get("config")
+    except (OSError, ValueError, AttributeError):
+        return  # no committed set (or one from before the field): nothing to protect
+    if other and other != config_identity(config):
+        fail("job", f"a name of its own ({job.public_path} holds the output of {other}; "
+                    f"rename `job:` or remove that folder)", job.job)
 
 
 def release_marker(job, release_id: str) -> str:

@@ -159,6 +159,7 @@ def main(argv=None) -> int:
                 stream.refuse_published_folder(job)
         else:
             io.check_bounded_options(beam_args)
+            commit.refuse_other_config(job, args.config)
             if args.continue_release:
                 job_config.fail("--continue", "used with a streaming job (input.kind pubsub; "
                                               "a batch release continues with "
@@ -232,7 +233,8 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
                                   f"one job must not overlap)", committed)
     operator = operator_summary(result, operator_folder, job, args.config)
     write_text(os.path.join(operator_folder, "summary.json"), json.dumps(
-        dict(operator, release_id=transform.release_id), indent=2, sort_keys=True))
+        dict(operator, release_id=transform.release_id,
+             config=commit.config_identity(args.config)), indent=2, sort_keys=True))
     public = dict(public_summary(transform, job, public_folder), budget_ledger=ledger)
     summary = {"job": job.job, "public": public, "operator_not_private": operator}
     if args.json:

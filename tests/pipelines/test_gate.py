@@ -25,14 +25,17 @@ from transforms.streams.records import CODES
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _job(tmp_path, name="job.yaml", **changes):
+def _job(tmp_path, **changes):
+    """The demo job's config with `changes`, written to the test's one config file: a test's
+    configs are edits of one job's config (a batch run refuses to replace the output of
+    another config file that kept the job's name)."""
     config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
     config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
     config["secret"] = {"seed": 7, "insecure": True}
     for dotted, value in changes.items():
         section, _, field = dotted.partition("__")
         config[section][field] = value
-    path = tmp_path / name
+    path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -199,7 +202,7 @@ def test_records_outside_the_horizon_are_history_not_garbage(tmp_path, capsys):
     assert job_run.main(["--config", str(missed)]) == 0
     assert "3861 dead letters (outside_horizon: 3861; the first outside_horizon: " in \
         capsys.readouterr().out
-    short = _job(tmp_path, "short.yaml", steps__horizon=12)  # 12 of the demo's 48 hours
+    short = _job(tmp_path, steps__horizon=12)  # 12 of the demo's 48 hours
     assert job_run.main(["--config", str(short)]) == 0
     summary = json.load(open(tmp_path / "out" / "active-users-operator" / "summary.json"))
     assert list(summary["dead_letters"]) == ["outside_horizon"]
@@ -220,7 +223,7 @@ def test_the_fraction_of_malformed_records_is_the_operators(tmp_path, capsys):
     strict = _job(tmp_path, input__path=str(data))
     assert job_run.main(["--config", str(strict)]) == 2
     assert "missing_field: 3088" in capsys.readouterr().err
-    allowed = _job(tmp_path, "allowed.yaml", input__path=str(data),
+    allowed = _job(tmp_path, input__path=str(data),
                    input__max_dead_letter_fraction=0.9)
     assert job_run.main(["--config", str(allowed)]) == 0
     summary = json.load(open(tmp_path / "out" / "active-users-operator" / "summary.json"))
@@ -238,7 +241,7 @@ def test_a_few_bad_bytes_cannot_hide_most_of_the_input(tmp_path, capsys):
         for i, row in enumerate(rows):
             region = ('"' + row["region"]) if i == 100 else row["region"]
             handle.write(f"{row['ts']},{row['user']},{region}\n")
-    stray = _job(tmp_path, "csv.yaml", input__path=str(csv_path), input__format="csv")
+    stray = _job(tmp_path, input__path=str(csv_path), input__format="csv")
     assert job_run.main(["--config", str(stray)]) == 0  # (second adversary review of #38)
     assert "3860 events in the horizon" in capsys.readouterr().out  # one record lost, not all
     letters = [json.loads(line) for p in glob.glob(
@@ -250,7 +253,7 @@ def test_a_few_bad_bytes_cannot_hide_most_of_the_input(tmp_path, capsys):
         for row in rows[:100]:
             handle.write(json.dumps(row) + "\n")
         handle.write(json.dumps(rows[100:]) + "\n")  # a JSON file's array on one line
-    jsonl = _job(tmp_path, "array.yaml", input__path=str(array))
+    jsonl = _job(tmp_path, input__path=str(array))
     assert job_run.main(["--config", str(jsonl)]) == 2
     assert "noisy excess" in capsys.readouterr().err  # the array's items, by weight
     folder = tmp_path / "pq"
@@ -259,11 +262,11 @@ def test_a_few_bad_bytes_cannot_hide_most_of_the_input(tmp_path, capsys):
     pq.write_table(pa.Table.from_pylist(rows[100:]), folder / "part-1.parquet")
     data = (folder / "part-1.parquet").read_bytes()
     (folder / "part-1.parquet").write_bytes(data[:len(data) // 2])  # cut: unreadable
-    cut = _job(tmp_path, "pq.yaml", input__path=str(folder / "*.parquet"),
+    cut = _job(tmp_path, input__path=str(folder / "*.parquet"),
                input__format="parquet")
     assert job_run.main(["--config", str(cut)]) == 2
     assert "got 1 file(s) that cannot be read" in capsys.readouterr().err
-    anything = _job(tmp_path, "pq1.yaml", input__path=str(folder / "*.parquet"),
+    anything = _job(tmp_path, input__path=str(folder / "*.parquet"),
                     input__format="parquet", input__max_dead_letter_fraction=1.0)
     assert job_run.main(["--config", str(anything)]) == 0
     assert _public_files(tmp_path)
@@ -280,7 +283,7 @@ def test_the_parquet_reader_counts_its_rows_and_is_gated_alike(tmp_path, capsys)
     err = capsys.readouterr().err
     assert f"missing_field: {len(rows)}" in err, err
     assert _public_files(tmp_path) == []
-    good = _job(tmp_path, "good.yaml", input__path=str(tmp_path / "events.parquet"),
+    good = _job(tmp_path, input__path=str(tmp_path / "events.parquet"),
                 input__format="parquet")
     assert job_run.main(["--config", str(good)]) == 0
 
@@ -298,7 +301,7 @@ def test_a_refused_scheduled_run_leaves_no_release_so_the_fixed_config_starts_it
     assert len(refusals) == 1 and "the gate spent epsilon 0.02" in open(refusals[0]).read()
     assert not glob.glob(os.path.join(state, "commits", "*"))
     assert _public_files(tmp_path) == []
-    fixed = _job(tmp_path, "fixed.yaml")  # another field map: refused if the release had begun
+    fixed = _job(tmp_path)  # another field map: refused if the release had begun
     assert schedule.main(["--config", str(fixed), "--state-dir", state,
                           "--now", "2026-01-06T12:00:00Z"]) == 0
     assert glob.glob(str(tmp_path / "out" / "active-users-scheduled" / "*" / "records-*"))
@@ -352,7 +355,7 @@ def test_a_second_review_of_hidden_records(tmp_path, capsys):
     cases = [(header, "csv", "noisy excess"), (together, "jsonl", "unparseable: "),
              (corrupt, "parquet", "`input.path` must be Parquet files whose every page reads")]
     for i, (path, fmt, message) in enumerate(cases):
-        job = _job(tmp_path, f"case{i}.yaml", input__path=str(path), input__format=fmt)
+        job = _job(tmp_path, input__path=str(path), input__format=fmt)
         assert job_run.main(["--config", str(job)]) == 2, fmt
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
@@ -439,7 +442,7 @@ def _score_of(tmp_path, name, lines):
     from pipelines import io
     data = tmp_path / f"{name}.jsonl"
     data.write_bytes(b"".join(lines))
-    job = job_config.load(str(_job(tmp_path, f"{name}.yaml", input__path=str(data))))
+    job = job_config.load(str(_job(tmp_path, input__path=str(data))))
     rule = dataclasses.replace(_rule(), transform="count", shape=("unit", "key"),
                                public_keys=frozenset(job.public_keys),
                                origin=job.steps.origin, size=job.steps.size_seconds,

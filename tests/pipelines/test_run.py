@@ -153,6 +153,31 @@ def test_a_relative_input_path_beside_the_config_says_how_to_name_it(tmp_path, c
     assert job_run.main(["--config", "jobs/job.yaml"]) == 0
 
 
+def test_a_copied_config_that_kept_the_job_name_does_not_replace_the_others_output(
+        tmp_path, capsys):
+    """A batch run replaces its job's output set; one written by another config file (a copy
+    that kept `job:`) is not silently replaced: the one-line error names it. The same file,
+    edited, runs again."""
+    config = _config(tmp_path)
+    config["secret"] = {"seed": 3, "insecure": True}
+    first, copy = tmp_path / "first.yaml", tmp_path / "copy.yaml"
+    first.write_text(yaml.safe_dump(config))
+    copy.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(first)]) == 0
+    capsys.readouterr()
+    assert job_run.main(["--config", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: `job` must be a name of its own ({tmp_path / 'out' / 'signups'} "
+                   f"holds the output of {first}; rename `job:` or remove that folder); got "
+                   f"'signups'.\n"), err
+    config["privacy"] = {"epsilon": 2.0}
+    first.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(first)]) == 0
+    config["job"] = "signups-copy"
+    copy.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(copy)]) == 0
+
+
 def test_config_file_problems_are_one_line(tmp_path, capsys):
     duplicate = tmp_path / "dup.yaml"
     duplicate.write_text(open(os.path.join(ROOT, "configs", "signups.yaml")).read()
