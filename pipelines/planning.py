@@ -70,6 +70,19 @@ def distinct_rows(rows, key: str):
     return list(best.values())
 
 
+def no_effect_note(best, rows) -> str:
+    """Where the table shows the recommendation's row with an option `either` (no effect at
+    this horizon), the recommendation line (which names the value the job runs) says so."""
+    merged = [option for row in rows if row.mechanism == best.mechanism
+              and all(row.params.get(k) == v for k, v in best.params.items()
+                      if k not in ("sparsify", "prune"))
+              for option in ("sparsify", "prune") if row.params.get(option) == NO_EFFECT]
+    if not merged:
+        return ""
+    return (f"; {' and '.join(merged)} {'have' if len(merged) > 1 else 'has'} no effect here "
+            f"(`{NO_EFFECT}` in the table)")
+
+
 def privacy_from(args) -> dict:
     if args.rho is not None and (args.epsilon is not None or args.delta is not None):
         raise UsageError("`rho` must be given alone (not with --epsilon or --delta).")
@@ -293,7 +306,8 @@ def stream_text(plan: StreamPlan) -> str:
     shown = params_text(best.params)
     lines += ["", f"Recommended ({args.metric} error): {best.mechanism}"
               + (f" {shown}" if shown else "")
-              + f" (MaxSE {best.max_se * scale:.3f}, MeanSE {best.mean_se * scale:.3f})"]
+              + f" (MaxSE {best.max_se * scale:.3f}, MeanSE {best.mean_se * scale:.3f})"
+              + no_effect_note(best, rows)]
     over = sorted({r.mechanism for r in rows if r.state_bytes > budget})
     if over:
         lines.append(f"Not recommended, over the per-key state budget of {budget:,} B "
