@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -191,9 +192,8 @@ class Gate:
         records, unknown = lines
         if unknown and self.limit < 1.0:
             return (
-                f"{UNREADABLE} (input.max_dead_letter_fraction 1 accepts them); got "
-                f"{unknown} file(s) that cannot be read. Nothing was published and nothing "
-                f"was spent.{_reasons(codes)}")
+                f"{UNREADABLE}; got {unknown} file(s) that cannot be read (nothing published "
+                f"or spent). input.max_dead_letter_fraction 1 accepts them.{_reasons(codes)}")
         if self.private is None:
             return None
         _, line_score, _ = self.scores()
@@ -205,9 +205,9 @@ class Gate:
             return None
         budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
         return (
-            f"{REFUSAL} (units malformed or off public_keys at most "
-            f"max_dead_letter_fraction {self.limit:g}, by a noisy count); got a noisy excess "
-            f"{score + noise} over {tau}. Nothing was published; the gate spent {budget}."
+            f"{REFUSAL}; got a noisy excess {score + noise} over {tau} (nothing published; "
+            f"the gate spent {budget}). The excess counts units malformed or off public_keys "
+            f"beyond input.max_dead_letter_fraction {self.limit:g}, by a noisy count."
             f"{_reasons(codes)}")
 
 
@@ -257,13 +257,16 @@ def noise_threshold(sampler: DiscreteSampler, beta: float) -> int:
     return max(0, int(above[0]) - centre - 1) if len(above) else int(pmf.shape[0] - centre)
 
 
+TALLIES = " Dead letters (operator-only, exact): "
+
+
 def _reasons(codes) -> str:
     """The refusal's exact dead-letter tallies (operator-only: the console of the run)."""
     bad = {code: entry for code, entry in (codes or {}).items() if code in INPUT_CODES}
     if not bad:
         return ""
     top = sorted(bad.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))[:3]
-    return " Dead letters (operator-only, exact): " + "; ".join(
+    return TALLIES + "; ".join(
         f"{code}: {count}" + (f" and {unknown} unreadable file(s)" if unknown else "")
         + (f", e.g. {detail.rstrip('.')}" if code in CONFIG_DETAILS else "")
         for code, (count, unknown, detail) in top) + "."
@@ -479,6 +482,22 @@ def gated(pcoll, verdict, label: str):
         return element
 
     return pcoll | label >> beam.Map(check, beam.pvalue.AsSingleton(verdict))
+
+
+def headline(text: str, details: str) -> str:
+    """A refusal on screen: its first sentence (the condition, the noisy result, what was spent),
+    the most common dead-letter code (operator-only, as the run summary's line), and where the
+    rest is (`details`: a file holding the whole text, with the exact tallies). A local path
+    below the current folder is shown relative to it."""
+    end = text.find("). ")
+    line = text if end < 0 else text[:end + 2]
+    tallies = text.find(TALLIES)
+    if tallies >= 0:
+        line += f" Most: {text[tallies + len(TALLIES):].split(':', 1)[0]}."
+    if "://" not in details:
+        shown = os.path.relpath(details)
+        details = details if shown.startswith("..") else shown
+    return f"{line} Why: {details}"
 
 
 def one_line(error: Exception) -> str:

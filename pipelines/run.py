@@ -218,10 +218,11 @@ def run_release(job: job_config.JobConfig, args, beam_args) -> int:
         except Exception as error:  # the gate's refusal: where its dead letters are
             if not gate.refused(error):
                 raise
-            raise gate.GarbageInput(
-                f"{gate.one_line(error)} This run's dead letters: "
-                f"{os.path.join(staging.operator, 'dead_letters')}-*.jsonl (operator-only; the "
-                f"job's next run removes them).") from None
+            details = os.path.join(staging.operator, "refusal.txt")
+            write_text(details, f"{gate.one_line(error)}\nThis run's dead letters: "
+                                f"{os.path.join(staging.operator, 'dead_letters')}-*.jsonl "
+                                f"(operator-only; the job's next run removes them).\n")
+            raise gate.GarbageInput(gate.headline(gate.one_line(error), details)) from None
     public_folder, operator_folder = commit.committed_folders(job)  # one set, resolved once
     try:
         committed = read_json(os.path.join(public_folder, "release.json"))["release_id"]

@@ -521,10 +521,11 @@ def refusals_before(state_dir: str, transform) -> dict:
     return {"count": count, "spent": spent}
 
 
-def note_refusal(state_dir: str, line: str) -> None:
-    """Records a run the input gate refused (what it spent, from its refusal) in the state
-    directory, one create-only file per refusal: the release it would have started is gone,
-    the gate's share of the budget was spent on the data all the same."""
+def note_refusal(state_dir: str, line: str) -> Optional[str]:
+    """Records a run the input gate refused (what it spent, from its refusal: the whole text) in
+    the state directory, one create-only file per refusal: the release it would have started
+    is gone, the gate's share of the budget was spent on the data all the same. Returns the
+    file (None if it could not be written)."""
     from apache_beam.io.filesystems import FileSystems
     try:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -533,8 +534,19 @@ def note_refusal(state_dir: str, line: str) -> None:
             FileSystems.mkdirs(join(state_dir, REFUSALS))
         with FileSystems.create(path) as handle:
             handle.write(json.dumps({"refusal": line}, sort_keys=True).encode("utf-8"))
+        return path
     except Exception:  # noqa: BLE001 (the refusal itself is what the operator must see)
-        pass
+        return None
+
+
+def refusal_line(state_dir: str, error) -> str:
+    """A refused run's line on screen: the refusal's headline, where its whole text is, and
+    the state directory's count of refused runs (`note_refusal` records this one first)."""
+    text = gate.one_line(error)
+    path = note_refusal(state_dir, text)
+    if path is None:
+        return text + refusals_note(state_dir, error)
+    return gate.headline(text, path) + refusals_note(state_dir, error)
 
 
 def refusals_note(state_dir: str, error) -> str:
@@ -543,8 +555,7 @@ def refusals_note(state_dir: str, error) -> str:
     if not gate.refused(error):
         return ""
     count = len(refusal_files(state_dir))
-    return (f" This state directory's refused runs so far: {count} (each spent the gate's "
-            f"share on this source; the release that starts states them in release.json).")
+    return f" Refused runs so far: {count}."
 
 
 def main(argv=None) -> int:
@@ -567,20 +578,16 @@ def main(argv=None) -> int:
         now = job_config.parse_time("now", args.now) if args.now else time.time()
         summary = run_once(args.config, args.state_dir, now, beam_args)
     except ValueError as error:
-        if gate.refused(error):
-            note_refusal(args.state_dir, gate.one_line(error))
-        print(f"error: {gate.one_line(error)}{refusals_note(args.state_dir, error)}",
-              file=sys.stderr)
+        line = refusal_line(args.state_dir, error) if gate.refused(error) else \
+            gate.one_line(error)
+        print(f"error: {line}", file=sys.stderr)
         return 2
     except ConcurrentRun as error:
         print(f"error: {gate.one_line(error)}", file=sys.stderr)
         return 3
     except Exception as error:  # a full disk, a read-only or forbidden folder: one line
-        line = gate.one_line(error) if gate.refused(error) else \
+        line = refusal_line(args.state_dir, error) if gate.refused(error) else \
             storage.storage_error(error, _written_folders(args.config, args.state_dir))
-        if gate.refused(error):
-            note_refusal(args.state_dir, line)
-            line = line + refusals_note(args.state_dir, error)
         if line is None:
             try:
                 line = io.read_failure(error, job_config.load(args.config))

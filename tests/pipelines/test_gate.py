@@ -40,6 +40,11 @@ def _job(tmp_path, **changes):
     return path
 
 
+def why(err: str) -> str:
+    """The whole text of a refusal whose line ends in `Why: <file>`."""
+    return open(err.split(" Why: ")[1].split()[0]).read()
+
+
 def _public_files(tmp_path):
     return [p for p in glob.glob(str(tmp_path / "out" / "**"), recursive=True)
             if os.path.isfile(p) and "operator" not in p and "/.staging" not in p
@@ -114,10 +119,12 @@ def test_a_job_whose_every_record_is_a_dead_letter_exits_2_and_publishes_nothing
     assert job_run.main(["--config", str(path)]) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert "noisy excess" in err and "missing_field: 3861" in err, err
-    assert "missing field 'cntry'" in err
-    assert "Nothing was published; the gate spent epsilon 0.02." in err
-    where = err.split("This run's dead letters: ")[1].split(" (operator-only")[0]
+    assert len(err.split(" Why: ")[0]) < 200, err  # then the path of the whole text
+    assert "noisy excess" in err and "(nothing published; the gate spent epsilon 0.02)" in err
+    assert " Most: missing_field. Why: " in err, err  # the code to fix, on screen
+    whole = why(err)  # the exact tallies and the dead letters: in the operator folder
+    assert "missing_field: 3861" in whole and "missing field 'cntry'" in whole, whole
+    where = whole.split("This run's dead letters: ")[1].split(" (operator-only")[0]
     assert len(glob.glob(where)) == 1 and "/.staging-" in where
     assert "[while running" not in err and out == ""
     assert _public_files(tmp_path) == []
@@ -222,7 +229,7 @@ def test_the_fraction_of_malformed_records_is_the_operators(tmp_path, capsys):
                                                            if k != "region"}) + "\n")
     strict = _job(tmp_path, input__path=str(data))
     assert job_run.main(["--config", str(strict)]) == 2
-    assert "missing_field: 3088" in capsys.readouterr().err
+    assert "missing_field: 3088" in why(capsys.readouterr().err)
     allowed = _job(tmp_path, input__path=str(data),
                    input__max_dead_letter_fraction=0.9)
     assert job_run.main(["--config", str(allowed)]) == 0
@@ -281,7 +288,7 @@ def test_the_parquet_reader_counts_its_rows_and_is_gated_alike(tmp_path, capsys)
                input__fields={"timestamp": "ts", "unit": "user", "key": "cntry"})
     assert job_run.main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert f"missing_field: {len(rows)}" in err, err
+    assert f"missing_field: {len(rows)}" in why(err), err
     assert _public_files(tmp_path) == []
     good = _job(tmp_path, input__path=str(tmp_path / "events.parquet"),
                 input__format="parquet")
@@ -295,7 +302,8 @@ def test_a_refused_scheduled_run_leaves_no_release_so_the_fixed_config_starts_it
     assert schedule.main(["--config", str(bad), "--state-dir", state,
                           "--now", "2026-01-06T12:00:00Z"]) == 2
     err = capsys.readouterr().err
-    assert "missing_field" in err and err.count("\n") == 1, err
+    assert "Most: missing_field" in err and err.count("\n") == 1, err
+    assert "missing_field: 3861" in why(err)  # the refusal's whole text, in the state dir
     assert not os.path.exists(os.path.join(state, "ledger.json"))
     refusals = glob.glob(os.path.join(state, "gate-refusals", "*.json"))  # what it spent
     assert len(refusals) == 1 and "the gate spent epsilon 0.02" in open(refusals[0]).read()
@@ -352,7 +360,7 @@ def test_a_second_review_of_hidden_records(tmp_path, capsys):
     for i in range(len(data) // 3, len(data) // 3 + 200):
         data[i] ^= 0x55
     corrupt.write_bytes(bytes(data))
-    cases = [(header, "csv", "noisy excess"), (together, "jsonl", "unparseable: "),
+    cases = [(header, "csv", "noisy excess"), (together, "jsonl", "Most: unparseable."),
              (corrupt, "parquet", "`input.path` must be Parquet files whose every page reads")]
     for i, (path, fmt, message) in enumerate(cases):
         job = _job(tmp_path, input__path=str(path), input__format=fmt)

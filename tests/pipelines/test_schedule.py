@@ -316,7 +316,7 @@ def test_code_that_derives_noise_differently_cannot_continue_a_release(tmp_path,
     assert "`release.noise_derivation` must be what this release was started with" in err
 
 
-def _numeric_ids_config(tmp_path, fmt, types=None, secret=None, mixed=False):
+def _numeric_ids_config(tmp_path, fmt, types=None, secret=None, mixed=False, job=None):
     """One user (numeric id 7) active on key "a" at every step of 8: with max_contributions 2
     the released total may grow by 2 at most over the whole release. `mixed`: JSON lines spell
     the id 7 and "7" in turn."""
@@ -340,7 +340,7 @@ def _numeric_ids_config(tmp_path, fmt, types=None, secret=None, mixed=False):
                                 "max_keys_per_unit": 1},
                         privacy={"epsilon": 1.0}, secret=secret or {"seed": 5, "insecure": True},
                         steps={"origin": "2026-01-05T00:00:00Z", "size_seconds": 3600,
-                               "horizon": 8})
+                               "horizon": 8}, **({"job": job} if job else {}))
 
 
 @pytest.mark.parametrize("first,second,field", [
@@ -370,8 +370,8 @@ def test_reading_the_input_otherwise_mid_release_is_refused(tmp_path, first, sec
 def test_a_numeric_unit_id_is_one_unit_whatever_the_file_format(tmp_path):
     """Unit ids are canonicalised (`io.UNIT_IDS`): 7 and "7" in JSON lines and "7" in CSV are
     one user (one cap of 2), so a release reads the same truncated totals from either file."""
-    csv_config = _numeric_ids_config(tmp_path, "csv")
-    jsonl_config = _numeric_ids_config(tmp_path, "jsonl", mixed=True)
+    csv_config = _numeric_ids_config(tmp_path, "csv", job="ids-csv")  # a job per file: its
+    jsonl_config = _numeric_ids_config(tmp_path, "jsonl", mixed=True, job="ids-jsonl")  # set
     truth = [r["value"] for r in continuous(tmp_path, csv_config)]
     assert truth == [r["value"] for r in continuous(tmp_path, jsonl_config)]
 
