@@ -118,7 +118,7 @@ class InputSpec:
     topic: Optional[str] = None
     # the folder the config was read from: a relative `path` is read from the current folder,
     # and an error says when the config's folder has it instead (messages only)
-    config_folder: Optional[str] = None
+    config_folder: Optional[str] = dataclasses.field(default=None, compare=False)
 
     @property
     def unbounded(self) -> bool:
@@ -462,7 +462,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         elif name in ("max_value", "value_resolution"):
             if value is not None:
                 check.positive_finite(f"bounds.{name}", value)
-        elif name == "min_value":
+        elif name == "min_value":  # (0 or null is the default: dropped below, one release)
             if value is not None:
                 check.finite_number("bounds.min_value", value)
                 if not value < check.positive_finite("bounds.max_value", bounds["max_value"]):
@@ -480,6 +480,8 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
         if name == "max_value" and value is not None and value > 1e15:
             fail("bounds.max_value", "<= 1e15 (sums stay exact in float64)", value)
 
+    if "min_value" in bounds and not bounds["min_value"]:
+        del bounds["min_value"]  # 0, -0.0 and null are the default: the same release as absent
     single_key = registry.SPECS[transform].single_key
     if single_key is not None:
         if raw.get("public_keys") or raw.get("public_keys_file"):

@@ -192,6 +192,9 @@ def plan_stream(args, privacy: dict) -> StreamPlan:
         args.interval_bound = args.max_contributions
     if args.sum_share is not None:
         raise UsageError("`sum-share` must come with --mean-max-value; got it without it.")
+    if getattr(args, "mean_min_value", None) is not None:
+        raise UsageError(f"`mean-min-value` must come with --mean-max-value; got "
+                          f"{args.mean_min_value:g} without it.")
     if args.value_resolution is not None and args.noise == "float":
         raise UsageError(f"`value-resolution` must be left out with --noise float unless "
                           f"with --mean-max-value (a sum has no grid then); got "
@@ -393,8 +396,8 @@ def mean_text(plan: MeanPlan) -> str:
         lines.append(f"  {part} part at {budget}: {row.mechanism} {params_text(row.params)}, "
                      f"MaxSE {row.max_se * p.scale:.3f}{unit}")
     times_count = plan.times_count()
-    lines.append(f"  the mean's standard error at the worst-case mean {value:g}: about "
-                 f"{times_count:.3f} / C for a key whose count is C (delta method)")
+    lines.append(f"  the mean's standard error at the worst-case mean {mean_magnitude(args):g}: "
+                 f"about {times_count:.3f} / C for a key whose count is C (delta method)")
     return "\n".join(lines)
 
 

@@ -99,7 +99,7 @@ def sum_(*, max_value: float, min_value: Optional[float] = None, max_contributio
         return Truncation(_across_keys(CountProblem(bounds, with_value=True)), described,
                           nonnegative_truth=nonnegative)
     per_step = bounds.max_contributions_per_step
-    least, most = grid_range(bounds.least, bounds.max_value, g)
+    least, most = grid_range(bounds.least, bounds.max_value, g)  # inside the range
     units = ContributionBounds(
         max(1, math.floor(bounds.max_contributions / g)),
         None if per_step is None else max(1, math.floor(per_step / g)),

@@ -117,6 +117,27 @@ def test_transform_specific_required_bounds():
                                        "semantics": "count"}
 
 
+def test_a_sums_min_value_is_a_finite_number_below_max_value_and_0_is_the_default():
+    config = edited(("transform",), "sum")
+    config["input"]["fields"]["value"] = "seconds"
+    for given, message in ((-1e300, r"^`bounds.min_value` must be >= -1e15"),
+                           (5.0, r"^`bounds.min_value` must be below max_value \(5\); got 5.0\.$"),
+                           ("-3", r"^`bounds.min_value` must be a finite number; got '-3'\.$"),
+                           (float("nan"), r"^`bounds.min_value` must be a finite number")):
+        config["bounds"] = {"max_value": 5, "min_value": given}
+        with pytest.raises(ConfigError, match=message):
+            validate(config)
+    config["bounds"] = {"max_value": 5, "min_value": -2.5}
+    assert validate(config).bounds["min_value"] == -2.5
+    absent = dict(config, bounds={"max_value": 5})
+    for default in (0, 0.0, -0.0, None):  # the same release as absent (one ledger, one binding)
+        config["bounds"] = {"max_value": 5, "min_value": default}
+        assert validate(config).bounds == validate(absent).bounds
+    config = edited(("bounds",), {"min_value": -1})  # a count takes no values
+    with pytest.raises(ConfigError, match=r"^`bounds.min_value` must be a known field"):
+        validate(config)
+
+
 def test_valid_config_and_files(tmp_path):
     job = validate(BASE)
     assert job.steps.origin == 1767571200.0 and job.steps.horizon == 4

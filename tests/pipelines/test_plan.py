@@ -110,7 +110,8 @@ def test_a_mean_plan_is_what_the_mean_job_runs(capsys):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     job = job_config.load(os.path.join(root, "configs", "mean_seconds.yaml"))
     for changes in ({}, {"privacy": job_config.PrivacySpec(rho=0.5)},
-                    {"bounds": dict(job.bounds, sum_share=0.3, max_keys_per_unit=2)}):
+                    {"bounds": dict(job.bounds, sum_share=0.3, max_keys_per_unit=2)},
+                    {"bounds": dict(job.bounds, min_value=-600)}):  # signed: --mean-min-value
         variant = job.replace(secret=job_config.SecretSpec(seed=1, insecure=True), **changes)
         transform = job_run.build_transform(variant)
         command = job_run.plan_commands(transform)
@@ -124,6 +125,12 @@ def test_a_mean_plan_is_what_the_mean_job_runs(capsys):
             assert {k: v for k, v in recommended["params"].items()} == params[part]
     code, _, err = run(capsys, "--horizon", "8", "--epsilon", "1", "--sum-share", "0.5")
     assert code == 2 and "must come with --mean-max-value" in err
+    code, _, err = run(capsys, "--horizon", "8", "--epsilon", "1", "--mean-min-value", "-5")
+    assert code == 2 and "`mean-min-value` must come with --mean-max-value; got -5" in err
+    code, out, _ = run(capsys, "--horizon", "8", "--epsilon", "1", "--mean-max-value", "5",
+                       "--mean-min-value", "-400")
+    assert code == 0 and "values clamped to [-400, 5]" in out
+    assert "at the worst-case mean 400:" in out  # max(|L|, V)
 
 
 # ----- --config: the job's own plan ----------------------------------------------------------

@@ -138,3 +138,44 @@ def test_one_event_fast_path_equals_the_general_loop(max_value, min_value):
         slow = truncate_events(limits, slow_keys, used, 5, [event], slow_out, slow_dropped)
         assert (fast, fast_keys, fast_out, fast_dropped) == (slow, slow_keys, slow_out,
                                                             slow_dropped)
+
+
+def test_grid_ranges_stay_inside_the_range_and_keep_a_unit_on_each_side():
+    """`grid_range` over 2,000 random ranges and grids: the ends in grid units, times g, lie in
+    [min_value, max_value] (up to float rounding); an end on the grid stays (M / (M / 100) is
+    100 units, not 99); a grid that would round a side to 0 is refused in the config's terms."""
+    from transforms.streams.count import grid_range
+    rng = np.random.default_rng(23)
+    for _ in range(2000):
+        most = float(rng.uniform(0.01, 500))
+        least = -float(rng.uniform(0.01, 500)) if rng.random() < 0.7 else 0.0
+        g = max(most, -least) / 100
+        if most < g or 0 < -least < g:  # a side narrower than one grid unit: refused
+            with pytest.raises(ValueError, match=r"^`value_resolution` must be at most"):
+                grid_range(least, most, g)
+            continue
+        low, high = grid_range(least, most, g)
+        assert least - 1e-9 * g <= low * g and high * g <= most + 1e-9 * g
+        assert high == 100 or -low == 100
+    with pytest.raises(ValueError, match=r"^`value_resolution` must be at most max_value \(5\) "
+                                         r"so values keep a grid unit"):
+        grid_range(-1000.0, 5.0, 10.0)
+    with pytest.raises(ValueError, match=r"^`value_resolution` must be at most \|min_value\| "
+                                         r"\(2\) so negative values keep a grid unit"):
+        grid_range(-2.0, 300.0, 3.0)
+    with pytest.raises(ValueError, match=r"^`value_resolution` must be small enough for two "
+                                         r"grid points in \[min_value, max_value\]"):
+        grid_range(0.5, 0.6, 0.6)
+
+
+def test_a_zero_value_is_neither_taken_nor_counted_as_cut():
+    """Signed data centred on 0 (flights on time): zeros take nothing and cut nothing, so
+    the operator's truncation counts name only what a cap cut."""
+    from transforms.streams.count import truncate_events, truncate_one
+    limits = ContributionBounds(4, None, 1, max_value=5.0, min_value=-5.0).limits
+    for rule in (truncate_one, truncate_events):
+        out, dropped = [], {}
+        event = ("a", 0.0)
+        used = rule(limits, [], 1.0, 3, event if rule is truncate_one else [event], out,
+                    dropped)
+        assert (used, out, dropped) == (1.0, [], {})

@@ -62,13 +62,13 @@ def test_parts_declare_their_streams_sensitivities():
             total.declaration.joint_mass) == (80, 80, 80)
     floats = MeanProblem(bounds, with_value=True, max_value=2.5, part=SUM)  # no grid
     assert floats.declaration.max_contributions == 10  # ceil(4 x 2.5): never under
-    # signed values: the mass is the largest magnitude, |min_value| here (ceil(-7.3 / 0.5)
-    # rounded as values are: -15 grid units)
+    # signed values: the mass is the largest magnitude, |min_value| here (-7.3 / 0.5 rounded
+    # toward the inside: -14 grid units, -7.0, so a kept value stays in [min_value, max_value])
     signed = MeanProblem(bounds, with_value=True, value_grid=0.5, max_value=5.0,
                          min_value=-7.3, part=SUM)
-    assert signed.value_range == (-15.0, 10.0)
+    assert signed.value_range == (-14.0, 10.0)
     assert (signed.declaration.interval_bound, signed.declaration.max_contributions,
-            signed.declaration.joint_mass) == (60, 60, 60)
+            signed.declaration.joint_mass) == (56, 56, 56)
 
 
 def test_a_unit_run_of_both_parts_agrees_with_the_rule():
@@ -96,3 +96,20 @@ def test_bad_parts_are_refused(kwargs, message):
     base.update(kwargs)
     with pytest.raises(ValueError, match=message):
         MeanProblem(**base)
+
+
+def test_the_kept_values_of_a_mean_stay_in_its_range_on_any_grid():
+    """The mean's interval looks for the mean in [min_value, max_value]: its range in grid
+    units, rounded toward the inside, keeps every kept value there (a grid of 3 on [-2, 300]
+    would round -2 to -3 if rounded to the nearest: refused instead, -2 keeps no grid unit)."""
+    rng = np.random.default_rng(24)
+    for _ in range(500):
+        most, least = float(rng.uniform(1, 400)), -float(rng.uniform(1, 400))
+        g = float(rng.uniform(0.01, min(most, -least)))
+        part = MeanProblem(ContributionBounds(3), with_value=True, value_grid=g, max_value=most,
+                           min_value=least, part=SUM)
+        low, high = part.value_range
+        assert least - 1e-9 * g <= low * g and high * g <= most + 1e-9 * g
+    with pytest.raises(ValueError, match=r"^`value_resolution` must be at most \|min_value\|"):
+        MeanProblem(ContributionBounds(3), with_value=True, value_grid=3.0, max_value=300.0,
+                    min_value=-2.0, part=SUM)

@@ -103,13 +103,41 @@ def value_resolution(max_value: float, given: Optional[float], noise: str,
     return magnitude / 100.0 if noise == "discrete" else None
 
 
+def _grid_units(value: float, g: float, inward) -> float:
+    """value / g as whole grid units: the nearest integer when the quotient is one up to float
+    rounding (120 / 1.2 = 99.99999999999999 is 100), else rounded by `inward`."""
+    quotient = value / g
+    nearest = round(quotient)
+    if abs(quotient - nearest) <= 1e-9 * max(1.0, abs(quotient)):
+        return float(nearest)
+    return float(inward(quotient))
+
+
 def grid_range(least: float, most: float, g: float) -> Tuple[float, float]:
-    """[least, most] in whole grid units of g, rounded toward 0 (never wider than the range).
+    """[least, most] in whole grid units of g, rounded toward the inside: a value clamped to
+    the result and put on the grid stays within [least, most] (the mean's interval assumes
+    it). Refuses a grid that leaves a side of the range no grid unit (its values would all be
+    0) or the range fewer than two grid points.
 
     >>> grid_range(-60.0, 120.0, 1.2)
     (-50.0, 100.0)
+    >>> grid_range(-2.0, 300.0, 3.0)
+    Traceback (most recent call last):
+    ...
+    transforms.validation.ValidationError: `value_resolution` must be at most |min_value| (2) so negative values keep a grid unit (default: max(|min_value|, max_value) / 100); got 3.0.
     """
-    return float(math.ceil(least / g)), float(math.floor(most / g))
+    low, high = _grid_units(least, g, math.ceil), _grid_units(most, g, math.floor)
+    default = "(default: max(|min_value|, max_value) / 100)"
+    if high < 1:
+        check.fail("value_resolution", f"at most max_value ({most:g}) so values keep a grid "
+                                       f"unit {default}", g)
+    if least < 0 and low > -1:
+        check.fail("value_resolution", f"at most |min_value| ({-least:g}) so negative values "
+                                       f"keep a grid unit {default}", g)
+    if low >= high:
+        check.fail("value_resolution", f"small enough for two grid points in [min_value, "
+                                       f"max_value] ([{least:g}, {most:g}])", g)
+    return low, high
 
 
 def _event_order(event):
@@ -185,6 +213,8 @@ def truncate_events(limits: tuple, keys: list, used: float, step: int, events: S
         step_room, horizon_room = per_step - step_used, total - used
         room = min(step_room, horizon_room)
         mass = abs(amount)
+        if mass == 0:  # a zero value: nothing to take, and nothing cut
+            continue
         take = min(mass, room) if most is not None else (mass if mass <= room else 0.0)
         if take <= 0:
             if dropped is not None:
@@ -219,6 +249,8 @@ def truncate_one(limits: tuple, keys: list, used: float, step: int, event, out: 
         step_room, horizon_room = per_step - 0.0, total - used
         room = min(step_room, horizon_room)
         mass = abs(amount)
+        if mass == 0:  # a zero value: nothing to take, and nothing cut
+            return used
         take = min(mass, room) if most is not None else (mass if mass <= room else 0.0)
         if take <= 0:
             reason = HORIZON_CAP if horizon_room <= step_room else STEP_CAP

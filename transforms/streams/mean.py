@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Tuple
 from transforms import validation as check
 from transforms.mechanisms.base import EXACT_LIMIT, EXACT_LIMIT_TEXT
 
-from .count import truncate_step
+from .count import grid_range, truncate_step
 from .records import Declaration
 from .units import CountProblem
 
@@ -72,10 +72,10 @@ class MeanProblem(CountProblem):
         super().__post_init__()
         grid = self.value_grid
         least = self.min_value or 0.0
-        # in grid units: the ends rounded as values are (nearest, halves up), so clamping
-        # after rounding is rounding after clamping
+        # in grid units, rounded toward the inside: a kept value, on the grid, stays in
+        # [min_value, max_value], where the mean's interval looks for the mean
         self.value_range = (float(least), float(self.max_value)) if grid is None \
-            else (float((least / grid + 0.5) // 1), float((self.max_value / grid + 0.5) // 1))
+            else grid_range(least, self.max_value, grid)
         k = self.bounds.max_contributions
         if self.part == SUM:
             # an integer (exact in grid units)
