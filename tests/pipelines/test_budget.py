@@ -193,6 +193,7 @@ def test_receipts_of_another_source_and_damaged_ones(tmp_path, capsys):
     path = config(tmp_path, {"epsilon": 3})
     raw = yaml.safe_load(open(path))
     raw["budget"]["source"] = "web-events-all"
+    raw["job"] = "active-users-all"  # its own job: its own output set
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(raw))
     assert job_run.main(["--config", str(other)]) == 0

@@ -399,8 +399,13 @@ def run_campaign(base, kills: int, at_operations: int, rng,
                  seconds: float) -> collections.Counter:
     references = {seed: _reference(base, seed) for seed in SEEDS}
     out = base / "run" / "out"
-    configs = {seed: _config(base / "run" / str(seed), seed, out) for seed in SEEDS}
-    job = job_config.load(configs[SEEDS[0]])
+    # one config file, edited between runs (a batch run refuses to replace the output of
+    # another config file that kept the job's name)
+    configs = {seed: open(_config(base / "run" / str(seed), seed, out)).read()
+               for seed in SEEDS}
+    edited = base / "run" / "job.yaml"
+    edited.write_text(configs[SEEDS[0]])
+    job = job_config.load(str(edited))
     outcomes, killed, turn = collections.Counter(), collections.Counter(), 0
     log = base / "operations.log"
     scratch = base / "calibration"
@@ -408,7 +413,8 @@ def run_campaign(base, kills: int, at_operations: int, rng,
     while killed["timed"] < kills or killed["at an operation"] < at_operations:
         seed = SEEDS[turn % 2]  # alternating: the previous release differs from the new one
         turn += 1
-        command = _command("run", configs[seed])
+        edited.write_text(configs[seed])
+        command = _command("run", str(edited))
         if killed["at an operation"] < at_operations and (
                 killed["timed"] >= kills or rng.random() < 0.5):
             outcome, where = _kill_at_operation(command, [out], rng.randint(1, operations), log)
