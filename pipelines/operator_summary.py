@@ -11,6 +11,7 @@ from typing import Optional
 from pipelines import commit
 from transforms import registry
 from transforms.assign import CLAMPED
+from transforms.messages import KEY_INPUT, KEY_KEPT
 
 
 def operator_summary(result, operator_folder: str, job=None, config_path: str = None) -> dict:
@@ -39,6 +40,9 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
                    "keys_selected": counters.get("selection_keys_published", 0)}
                   if "selection_keys_with_data" in counters else {}),
                **commit.dead_letters_by_code(operator_folder)}
+    worst = worst_keys(counters)
+    if worst is not None:  # public keys' input and kept amounts: the most cut first
+        summary["worst_keys"] = worst
     if any(name in counters for name in CLAMPED):  # a sum's or mean's values, clamped
         summary["clamped"] = {name: counters.get(name, 0) for name in CLAMPED}
     if "gate_units" in counters:  # units the input gate counted (one vote each)
@@ -48,6 +52,27 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
         summary["keys_warning"] = keys_warning(summary)
         summary["delta_note"] = delta_note(summary, job)
     return summary
+
+
+WORST_KEYS = 5  # keys the summary lists, the largest share of their input cut first
+
+
+def worst_keys(counters: dict) -> Optional[list]:
+    """The public keys whose input truncation cut most, as a share (`messages.count_keys`: in
+    events, or grid units of value for a sum or mean), worst first; None when the run counted
+    none (no diagnostics, keys selected privately, signed or float-noise values)."""
+    given = {name[len(KEY_INPUT):]: n for name, n in counters.items()
+             if name.startswith(KEY_INPUT)}
+    if not given:
+        return None
+    rows = []
+    for key, amount in given.items():
+        kept = counters.get(KEY_KEPT + key, 0)
+        if amount and kept < amount:
+            rows.append({"key": key, "input": amount, "kept": kept,
+                         "share_cut": round(1.0 - kept / amount, 4)})
+    rows.sort(key=lambda row: (-row["share_cut"], row["key"]))
+    return rows[:WORST_KEYS]
 
 
 def delta_note(summary: dict, job) -> Optional[str]:
@@ -112,6 +137,8 @@ def truncation_warning(summary: dict, job, config_path: str = None):
 
 
 def describe(summary: dict, where: str = "in the horizon") -> str:
+    """The operator summary's lines after its heading: events and what the bounds cut, the keys
+    cut most, values clamped, keys selected, dead letters (one indented line each)."""
     events, truncated, parts = summary["events_in_window"], summary["truncated"], []
     if events is not None:
         cut = sum(truncated.values())
@@ -119,6 +146,11 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
                      f" %) cut by the contribution bounds"
                      + (f" ({', '.join(f'{k}: {v}' for k, v in truncated.items())})"
                         if truncated else ""))
+    worst = summary.get("worst_keys")
+    if worst:
+        parts.append("keys cut most: " + ", ".join(
+            f"{row['key']} {100.0 * row['share_cut']:.1f} % ({row['input'] - row['kept']} of "
+            f"{row['input']})" for row in worst[:3]))
     clamped = summary.get("clamped")
     if clamped:
         below, above = (clamped.get(name, 0) for name in CLAMPED)
@@ -133,4 +165,4 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
         f"; the first {top}: {summary.get('dead_letter_examples', {}).get(top, '')[:120]}")
     parts.append(f"{sum(dead.values())} dead letters" + ("" if where == "in the horizon" else
                  " of the whole input") + (f" ({shown})" if dead else ""))
-    return ", ".join(parts)
+    return "\n  " + "\n  ".join(parts)  # one part a line, each under 200 characters

@@ -35,7 +35,7 @@ from transforms import stages
 from transforms.key_state import KeyState, advance, other_key_type
 from transforms.messages import (DEAD_LETTER, METRICS, END_OF_GLOBAL, GLOBAL_WINDOWS, KEY_STATES, KEYED,
                                  MICRO, UNIT_STATES, Released, StageOutput, StepWindow,
-                                 add_exact, count_dropped, dead_letter, empty)
+                                 add_exact, count_dropped, count_keys, dead_letter, empty)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.streams.records import Reason
 from transforms.streams.units import Problem, payloads_by_step, run_unit
@@ -98,13 +98,18 @@ class _TruncateUnitsFn(beam.DoFn):
     bundle's units contributed to (fewer, larger elements than one per contribution)."""
 
     def __init__(self, problem: Problem, window: StepWindow, diagnostics: bool,
-                 with_states: bool = True):
+                 with_states: bool = True, public_keys: Sequence = None):
         self.problem, self.window = problem, window
         self.diagnostics, self.with_states = diagnostics, with_states
+        # operator-only per-key truncation: each public key's input and kept amounts
+        self.public_keys = set(public_keys) if diagnostics and public_keys is not None \
+            and problem.exact_key_masses else None
 
     def start_bundle(self):
         self._sums: Dict[Any, tuple] = {}
         self._dropped: collections.Counter = collections.Counter()
+        self._given: collections.Counter = collections.Counter()
+        self._kept: collections.Counter = collections.Counter()
 
     def process(self, item):
         unit, grouped = item
@@ -123,6 +128,8 @@ class _TruncateUnitsFn(beam.DoFn):
                        self.window.stop)
         if self.diagnostics:  # operator-only: depends on private data
             self._dropped.update(run.dropped)
+        if self.public_keys is not None:
+            self._count_keys(wire_events, run.contributions)
         sums = self._sums
         for key, step, value in run.contributions:
             acc = sums.get(key)
@@ -137,8 +144,19 @@ class _TruncateUnitsFn(beam.DoFn):
             acc[2].add(run.halt.step)
         yield beam.pvalue.TaggedOutput(UNIT_STATES, (unit, run.state))
 
+    def _count_keys(self, events, contributions):
+        public, given, kept, mass = self.public_keys, self._given, self._kept, \
+            self.problem.key_mass
+        for _, _, payload in events:
+            if payload[0] in public:
+                given[payload[0]] += mass(payload)
+        for key, _, value in contributions:
+            if key in public:
+                kept[key] += int(value)
+
     def finish_bundle(self):
         count_dropped(self._dropped)
+        count_keys(self._given, self._kept)
         for key, acc in self._sums.items():
             yield WindowedValue((key, KeySums.wire(acc)), END_OF_GLOBAL, GLOBAL_WINDOWS)
         self._sums, self._dropped = {}, collections.Counter()
@@ -240,10 +258,11 @@ class TruncateUnits(beam.PTransform):
     (`resume_states`, (unit, state) pairs), which bounds what one unit contributes."""
 
     def __init__(self, problem: Problem, window: StepWindow, resume_states=None,
-                 diagnostics: bool = False):
+                 diagnostics: bool = False, public_keys: Sequence = None):
         super().__init__()
         self.problem, self.window = problem, window
         self.resume_states, self.diagnostics = resume_states, diagnostics
+        self.public_keys = public_keys  # with diagnostics: per-key truncation counts
 
     def expand(self, packs):
         if self.resume_states is None:
@@ -257,7 +276,8 @@ class TruncateUnits(beam.PTransform):
             # (unit, ([packs], [saved state]))
         out = grouped | "Truncate" >> beam.ParDo(_TruncateUnitsFn(
             self.problem, self.window, self.diagnostics,
-            with_states=self.resume_states is not None)).with_outputs(
+            with_states=self.resume_states is not None,
+            public_keys=self.public_keys)).with_outputs(
                 DEAD_LETTER, UNIT_STATES, main="deltas")
         return StageOutput(out.deltas, out[DEAD_LETTER], out[UNIT_STATES])
 
@@ -317,7 +337,7 @@ def release_bounded(events, problem: Problem, config: ReleaseConfig, public_keys
         problem, config.steps, window, diagnostics, packed=True)
     # (unit, [Event tuples]) per unit and bundle + dead letters
     truncated = stepped.main | "TruncatePerUnit" >> TruncateUnits(
-        problem, window, unit_states, diagnostics)
+        problem, window, unit_states, diagnostics, public_keys)
     # (key, KeySums wire tuple) per key and bundle + unit states + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> SumPerKey()
     # (key, ({step: exact total}, (halt steps))), one per key

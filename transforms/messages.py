@@ -266,6 +266,24 @@ def count_dropped(dropped: Dict[str, int]) -> None:
         Metrics.counter(METRICS, "truncated_by_" + reason.replace(" ", "_")).inc(count)
 
 
+# operator-only per-key truncation metrics: a public key's input and kept amounts (events, or
+# grid units of value), `<prefix><key>` (str keys as they are, others by repr)
+KEY_INPUT, KEY_KEPT = "key_input:", "key_kept:"
+
+
+def key_name(key) -> str:
+    return key if isinstance(key, str) else repr(key)
+
+
+def count_keys(given: Dict[Any, int], kept: Dict[Any, int]) -> None:
+    """Operator-only metrics (private data): per public key, what entered truncation and what
+    it kept, in the statistic's units (`Problem.exact_key_masses`)."""
+    for key, amount in given.items():
+        Metrics.counter(METRICS, KEY_INPUT + key_name(key)).inc(amount)
+        if kept.get(key):
+            Metrics.counter(METRICS, KEY_KEPT + key_name(key)).inc(kept[key])
+
+
 def partials_struct(count: int) -> struct.Struct:
     """(step, count, count float64 partials) of one pending step: the layout the streaming
     release's state coder writes a key's exact step sum in (`add_exact`), cached per count."""

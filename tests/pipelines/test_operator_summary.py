@@ -49,3 +49,44 @@ def test_the_line_counts_values_clamped_at_each_end():
     line = operator_summary.describe(summary)
     assert "4 values clamped (3 below min_value, 1 above max_value)" in line
     assert "clamped" not in operator_summary.describe(dict(summary, clamped=None))
+
+
+def test_the_keys_cut_most_are_the_ones_caps_finds_for_the_same_bounds(tmp_path, capsys):
+    """The run's per-key shares (its truncation DoFn's operator metrics) equal what
+    `pipelines.caps` computes from the input with the job's own rule, key by key; the
+    summary line names the worst keys."""
+    import json
+    import os
+
+    import yaml
+
+    from pipelines import caps, config as job_config, run as job_run
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = yaml.safe_load(open(os.path.join(root, "configs", "active_users.yaml")))
+    config.update(output={"path": str(tmp_path), "formats": ["jsonl"]},
+                  secret={"seed": 1, "insecure": True})
+    config["bounds"]["max_contributions"] = 3
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path), "--json"]) == 0
+    worst = json.loads(capsys.readouterr().out)["operator_not_private"]["worst_keys"]
+    found = caps.explore(job_config.load(str(path)), {"max_contributions": [3]}, 10 ** 6)
+    expected = found[0]["worst_keys_not_private"]
+    assert [(row["key"], row["share_cut"]) for row in worst] == [
+        (row["key"], row["share_cut"]) for row in expected]
+    assert all(0 < row["kept"] < row["input"] for row in worst)
+    line = operator_summary.describe({"events_in_window": 1, "truncated": {},
+                                      "dead_letters": {}, "worst_keys": worst})
+    top = worst[0]
+    assert (f"keys cut most: {top['key']} {100 * top['share_cut']:.1f} % "
+            f"({top['input'] - top['kept']} of {top['input']})") in line
+
+
+def test_worst_keys_are_the_largest_shares_cut_and_none_without_counts():
+    counters = {"key_input:a": 10, "key_kept:a": 10, "key_input:b": 8, "key_kept:b": 2,
+                "key_input:c": 4, "key_input:d": 5, "key_kept:d": 4}
+    assert operator_summary.worst_keys(counters) == [
+        {"key": "c", "input": 4, "kept": 0, "share_cut": 1.0},
+        {"key": "b", "input": 8, "kept": 2, "share_cut": 0.75},
+        {"key": "d", "input": 5, "kept": 4, "share_cut": 0.2}]  # a: nothing cut, not listed
+    assert operator_summary.worst_keys({"events_in_window": 3}) is None

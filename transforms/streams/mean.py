@@ -90,6 +90,9 @@ class MeanProblem(CountProblem):
         else:
             self.declaration = dataclasses.replace(self.declaration, joint_mass=k)
 
+    def key_mass(self, payload) -> int:
+        return 1 if self.part == COUNT else int(payload[1])  # an event, or its grid value
+
     def truncate(self, limits, keys, used, step, events, out, dropped):
         return mean_step(self.part, self.value_range, limits, keys, used, step, events, out,
                          dropped)

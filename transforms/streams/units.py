@@ -76,6 +76,13 @@ class Problem:
     every_step = False  # the machine must see every step, in order (triangles)
     # values parsed below and above the value range, counted by `parse` (sums and means)
     clamped: Optional[list] = None
+    # payloads (key, amount) whose kept share per key is exact as input and kept masses
+    # (`key_mass`; operator-only per-key truncation counts)
+    exact_key_masses = False
+
+    def key_mass(self, payload) -> int:
+        """What one payload puts into its key's input (with `exact_key_masses`)."""
+        raise NotImplementedError
     # payloads of a step must reach `advance` in `sorted_payloads` order (False: the rule
     # orders a step's payloads itself, and any order gives the same result)
     ordered = True
@@ -230,6 +237,13 @@ class CountProblem(Problem):
         least = self.min_value if self.min_value is not None else self.bounds.min_value
         self.clamp_range = None if most is None else (float(least or 0.0), float(most))
         self.clamped = [0, 0]  # values below the range, above it (operator-only)
+        # counts (events) and non-negative grid sums (grid units): a key's kept total is its
+        # kept mass, so input minus kept is what truncation cut, exactly
+        self.exact_key_masses = not self.with_value or (
+            self.value_grid is not None and self.clamp_range[0] >= 0)
+
+    def key_mass(self, payload) -> int:
+        return int(payload[1])
 
     # the step's truncation rule (`count.truncate_step`; `MeanProblem` takes one of its parts)
     truncate = staticmethod(truncate_step)
