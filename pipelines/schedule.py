@@ -326,11 +326,10 @@ def committed_folders(state_dir: str) -> List[str]:
         [join(state_dir, "ckpt-*", COMMITTED)])[0].metadata_list)
 
 
-UNMARKED = ("holding the commit marker of every committed checkpoint and published set of "
-            "the job ({what}: going on would publish these steps again, with fresh noise as a "
-            "second release or with the same noise on other data, spending the budget twice; "
-            "restore " + COMMITS + "/ from a backup, or give a new release its own output.path "
-            "or job name)")
+# (going on would publish those steps again, with fresh noise as a second release or with
+# the same noise on other data: the budget spent twice; docs/operations.md says so)
+UNMARKED = ("holding the markers of all the job committed ({what}: restore " + COMMITS
+            + "/ from a backup, or give a new release another output.path or job)")
 
 
 def refuse_unmarked(job, state_dir: str) -> None:
@@ -347,12 +346,12 @@ def refuse_unmarked(job, state_dir: str) -> None:
     for folder in committed:
         if os.path.basename(folder.rstrip("/")) not in marked:
             job_config.fail("state directory", UNMARKED.format(
-                what="a committed checkpoint has no commit marker"), folder)
+                what="a committed checkpoint has no marker"), folder)
     windows = {(link["release_id"], link["start"], link["end"]) for link in chain}
     for release_id, start, end, path in published:
         if (release_id, start, end) not in windows:
             job_config.fail("state directory", UNMARKED.format(
-                what="a published set has no commit marker here"), path)
+                what="a published set has no marker here"), path)
 
 
 def _published_prefix(job, release_id, released, complete) -> str:
