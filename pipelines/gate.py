@@ -206,8 +206,10 @@ class Gate:
         budget = ", ".join(f"{k} {v:g}" for k, v in self.private["budget"].items())
         return (
             f"{REFUSAL}; got a noisy excess {score + noise} over {tau} (nothing published; "
-            f"the gate spent {budget}). The excess counts units malformed or off public_keys "
-            f"beyond input.max_dead_letter_fraction {self.limit:g}, by a noisy count."
+            f"the gate spent {budget}). {MOST}{_cause(votes, codes)}. The excess counts units "
+            f"malformed or off public_keys beyond input.max_dead_letter_fraction "
+            f"{self.limit:g}, by a noisy count. Units (operator-only, exact): "
+            + ", ".join(f"{name} {int(n)}" for name, n in zip(CATEGORIES, votes)) + "."
             f"{_reasons(codes)}")
 
 
@@ -258,6 +260,23 @@ def noise_threshold(sampler: DiscreteSampler, beta: float) -> int:
 
 
 TALLIES = " Dead letters (operator-only, exact): "
+MOST = "Most: "
+# a dead letter's detail that says what to set -> its short form (the config's options only)
+HINTS = {"milliseconds? set input.timestamp_format": "milliseconds? see input.timestamp_format"}
+
+
+def _cause(votes, codes) -> str:
+    """What most of a refused input is, for its headline (operator-only: from the exact
+    tallies): units whose keys are not public keys, or the most common dead-letter code (with
+    its hint, when its detail has one)."""
+    off, malformed = int(votes[OFF_KEY]), int(votes[MALFORMED])
+    bad = {code: entry for code, entry in (codes or {}).items() if code in INPUT_CODES}
+    if off > malformed or not bad:
+        return "units off public_keys (check public_keys, input.fields.key)"
+    code, (_, _, detail) = min(bad.items(), key=lambda item: (-item[1][0] - item[1][1],
+                                                              item[0]))
+    hint = next((short for hint, short in HINTS.items() if hint in (detail or "")), None)
+    return code + (f" ({hint})" if hint else "")
 
 
 def _reasons(codes) -> str:
@@ -491,9 +510,9 @@ def headline(text: str, details: str) -> str:
     below the current folder is shown relative to it."""
     end = text.find("). ")
     line = text if end < 0 else text[:end + 2]
-    tallies = text.find(TALLIES)
-    if tallies >= 0:
-        line += f" Most: {text[tallies + len(TALLIES):].split(':', 1)[0]}."
+    if text[end + 3:].startswith(MOST):  # the cause, its own sentence
+        cause = text[end + 3:]
+        line += " " + cause[:cause.find(". ") + 1 if ". " in cause else len(cause)]
     if "://" not in details:
         shown = os.path.relpath(details)
         details = details if shown.startswith("..") else shown

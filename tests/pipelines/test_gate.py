@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipelines import config as job_config
 from pipelines import gate
 from pipelines import run as job_run
 from pipelines import schedule
@@ -142,7 +143,24 @@ def test_the_newcomers_public_keys_in_another_case_are_refused(tmp_path, capsys)
     assert job_run.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "noisy excess" in err and err.count("\n") == 1, err
+    assert " Most: units off public_keys (check public_keys, input.fields.key). Why: " in err
+    assert "Units (operator-only, exact): used 0, off_key " in why(err)
     assert _public_files(tmp_path) == []
+
+
+def test_timestamps_in_milliseconds_read_as_seconds_are_refused_with_the_hint(tmp_path,
+                                                                            capsys):
+    """Every timestamp in milliseconds, read as seconds: the refusal's line says what to set."""
+    data = tmp_path / "ms.jsonl"
+    with open(data, "w") as handle:
+        for row in _demo_rows():
+            seconds = job_config.parse_time("ts", row["ts"])
+            handle.write(json.dumps(dict(row, ts=int(seconds * 1000))) + "\n")
+    path = _job(tmp_path, input__path=str(data), input__timestamp_format="seconds")
+    assert job_run.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert " Most: bad_timestamp (milliseconds? see input.timestamp_format). Why: " in err, err
+    assert len(err.split(" Why: ")[0]) < 200, err
 
 
 def _publish_rates(score_a, score_b, runs, budget, seed):
