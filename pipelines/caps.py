@@ -113,20 +113,23 @@ WORST_KEYS = 5  # keys listed per candidate, the largest share cut first
 
 def cut_by(problem, histories) -> dict:
     """Events and, by bound, events the problem's machine drops over the histories; and per
-    key (payloads (key, value): count and sum), the share of the key's input (events, or value
-    mass for a sum) the contributions leave out, the worst keys first."""
+    key, where a key's input and kept amounts measure what was cut exactly
+    (`Problem.exact_key_masses`: counts, and sums and means of non-negative values on their
+    grid), the share of the key's input (events, or value mass) the contributions leave out,
+    the worst keys first (the run's operator summary counts the same)."""
     events, dropped = 0, collections.Counter()
     given, kept = collections.Counter(), collections.Counter()
+    per_key = problem.exact_key_masses
     for unit, by_step in histories:
         events += sum(len(p) for p in by_step.values())
         run = advance_unit(problem, unit, problem.init_state(), by_step,
                            steps_to_run(problem, by_step, 0, max(by_step, default=-1) + 1))
         dropped.update(run.dropped)
+        if not per_key:
+            continue
         for payloads in by_step.values():
             for payload in payloads:
-                if isinstance(payload, tuple) and len(payload) == 2 and \
-                        isinstance(payload[1], (int, float)):
-                    given[payload[0]] += payload[1]
+                given[payload[0]] += problem.key_mass(payload)
         for key, _, value in run.contributions:
             kept[key] += value
     shares = sorted(((1.0 - kept[key] / given[key], str(key)) for key in given if given[key]),

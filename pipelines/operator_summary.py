@@ -19,7 +19,7 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
     that entered truncation, what each bound cut, and dead letters by reason; with `job` (and
     the `config_path` it was loaded from), `truncation_warning` when the bounds cut more than
     half the events (`truncation_warning`)."""
-    counters = {}
+    counters, measured = {}, False
     try:
         for counter in result.metrics().query()["counters"]:
             if counter.key.metric.namespace == "continual_release":
@@ -29,9 +29,10 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
                 value = counter.committed if counter.committed is not None else \
                     counter.attempted
                 counters[name] = counters.get(name, 0) + int(value or 0)
+        measured = True
     except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
         pass
-    summary = {"events_in_window": counters.get("events_in_window"),
+    summary = {"events_in_window": counters.get("events_in_window", 0 if measured else None),
                "truncated": {k[len("truncated_by_"):]: v for k, v in counters.items()
                              if k.startswith("truncated_by_")},
                "dropped_non_public_keys": counters.get("dropped_non_public_keys", 0),
@@ -50,6 +51,7 @@ def operator_summary(result, operator_folder: str, job=None, config_path: str = 
     if job is not None:
         summary["truncation_warning"] = truncation_warning(summary, job, config_path)
         summary["keys_warning"] = keys_warning(summary)
+        summary["horizon_warning"] = horizon_warning(summary, job)
         summary["delta_note"] = delta_note(summary, job)
     return summary
 
@@ -85,6 +87,20 @@ def delta_note(summary: dict, job) -> Optional[str]:
     return (f"operator-only (NOT private): delta {delta:g} beside 1 / units = 1 / {units} = "
             f"{1.0 / units:.2g}" + (" (WARNING: delta should be far below 1 / units)"
                                      if delta * units > 0.1 else ""))
+
+
+def horizon_warning(summary: dict, job) -> Optional[str]:
+    """One line when more events fall outside the horizon than in it (operator-only: exact
+    counts): a mistyped steps.origin or a timestamp format that reads the times wrong leaves
+    a release of noise; a source that also holds history beyond the horizon may be fine."""
+    outside = summary.get("dead_letters", {}).get("outside_horizon", 0)
+    inside = summary.get("events_in_window") or 0
+    if outside <= inside:
+        return None
+    steps = job.steps.time_steps()
+    return (f"WARNING (operator-only, NOT private): {outside} events fall outside the horizon "
+            f"[{steps.iso(steps.origin)}, {steps.iso(steps.stop)}), {inside} in it: check "
+            f"steps.origin and input.timestamp_format")
 
 
 def keys_warning(summary: dict):

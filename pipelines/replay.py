@@ -36,21 +36,23 @@ from pipelines import emulator as pubsub
 from pipelines import io, logs, run
 
 LEAD_SECONDS = 8.0  # the job starts reading before the first step begins
+# an event is published a little after its compressed time (the publisher's own delay): at
+# least this much lateness is allowed, or events at a step's very end would be late
+MIN_LATENESS_SECONDS = 1.0
 
 
 def compressed_config(path: str, folder: str, origin: float, steps: int,
                       step_seconds: float, output: str, prefix: str = "replay") -> str:
     """The streaming config at `path` with its first `steps` steps compressed to
-    `step_seconds` each from `origin` (its allowed lateness scaled alike), a fixed seed, and a
-    folder of its own under `output` (a streaming release is launched into a folder once);
-    written under `folder` -> its path."""
+    `step_seconds` each from `origin` (its allowed lateness scaled alike, at least
+    `MIN_LATENESS_SECONDS`), a fixed seed, and a folder of its own under `output` (a streaming
+    release is launched into a folder once); written under `folder` -> its path."""
     with open(path, encoding="utf-8") as handle:
         raw = yaml.safe_load(handle)
     size = float(raw["steps"]["size_seconds"])
     raw["steps"] = dict(raw["steps"], origin=origin, size_seconds=step_seconds, horizon=steps)
-    if "allowed_lateness_seconds" in raw["steps"]:
-        raw["steps"]["allowed_lateness_seconds"] = \
-            raw["steps"]["allowed_lateness_seconds"] * step_seconds / size
+    lateness = raw["steps"].get("allowed_lateness_seconds", 0.0) * step_seconds / size
+    raw["steps"]["allowed_lateness_seconds"] = max(lateness, MIN_LATENESS_SECONDS)
     raw["secret"] = {"seed": 2026, "insecure": True}
     raw["output"] = {"path": os.path.join(output, f"{prefix}-{int(origin)}"),
                      "formats": ["jsonl"]}
@@ -118,6 +120,12 @@ def replay(config: str, events_path: str, steps: int, step_seconds: float, outpu
                         job.input.kind)
     if not 1 <= steps <= job.steps.horizon:
         job_config.fail("--steps", f"in [1, {job.steps.horizon}] (the config's horizon)", steps)
+    found, skipped = compressed_events(job, events_path, 0.0, steps, step_seconds)
+    if not found:  # nothing to replay: refused before a job would publish noise
+        job_config.fail("--input", f"JSON lines with events in the config's first {steps} "
+                                   f"steps (field {job.input.fields['timestamp']!r}, "
+                                   f"{job.input.timestamp_format})",
+                        f"{events_path}: {skipped} lines, none sent")
     project, name = job.input.subscription.split("/")[1], job.input.subscription.split("/")[3]
     with pubsub.PubSubEmulator(project=project) as emulator, \
             tempfile.TemporaryDirectory(prefix="replay-") as folder:

@@ -432,7 +432,8 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
             "records": records, "steps": job.steps.horizon,
             **_keys_summary(transform, job, columns["key"]),
             "records_path": os.path.join(shown, records_prefix) + "-*."
-                            + "{" + ",".join(job.output.formats) + "}",
+                            + (job.output.formats[0] if len(job.output.formats) == 1
+                               else "{" + ",".join(job.output.formats) + "}"),
             "manifest": os.path.join(shown, "release.json")}
 
 
@@ -523,7 +524,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
         lines += [f"operator-only (not private): "
                   f"{os.path.join(job.operator_path, 'dead_letters')}-*.jsonl, summary.json",
                   f"operator-only (NOT private, exact counts of the data): {describe(operator)}"]
-    for warning in ("truncation_warning", "keys_warning", "delta_note"):
+    for warning in ("horizon_warning", "truncation_warning", "keys_warning", "delta_note"):
         if operator is not None and operator.get(warning):
             lines.append(operator[warning])
     if scheduled and public["released_after"] >= job.steps.horizon:

@@ -70,3 +70,17 @@ def test_the_worst_keys_are_the_shares_of_each_keys_events_cut(monkeypatch):
     cut = sum(k["share_cut"] * events[k["key"]] for k in found["worst_keys"])
     # (shares are rounded to 1e-4)
     assert cut == pytest.approx(sum(found["cut"].values()), abs=1e-4 * sum(events.values()))
+
+
+def test_signed_sums_list_no_worst_keys():
+    """With signed values a key's kept total nets out its signs, so input minus kept is not
+    what was cut: no per-key shares (the run's operator summary leaves them out too), never a
+    share above 100 %."""
+    from transforms import truncations
+    signed = truncations.sum_(max_value=10.0, min_value=-10.0, max_contributions=5)
+    histories = [("u", {0: [("a", 400.0), ("a", -300.0)], 1: [("b", -500.0)]})]
+    found = caps.cut_by(signed.problem, histories)
+    assert found["worst_keys"] == [] and found["events"] == 3
+    plain = truncations.sum_(max_value=10.0, max_contributions=5)
+    assert caps.cut_by(plain.problem, [("u", {0: [("a", 80.0), ("b", 60.0)]})])[
+        "worst_keys"] == [{"key": "b", "share_cut": 1.0}, {"key": "a", "share_cut": 0.375}]

@@ -60,3 +60,34 @@ def test_a_users_own_events_in_milliseconds_are_replayed_step_by_step(tmp_path):
     dead = [json.loads(line) for path in glob.glob(folder + "-operator/dead_letters-*.jsonl")
             for line in open(path)]
     assert not [d for d in dead if d["code"] == "late"], dead
+
+
+def test_a_file_with_nothing_to_send_is_refused_before_the_emulator_starts(tmp_path, capsys):
+    """CSV (or anything unreadable as JSON lines): nothing would be sent, so nothing runs."""
+    events = tmp_path / "events.csv"
+    events.write_text("ts,user,region\n1767571200,u1,eu-west\n")
+    assert replay.main(["--config", os.path.join(ROOT, "configs", "streaming",
+                                                 "active_users.yaml"),
+                        "--input", str(events), "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: `--input` must be JSON lines with events in the config's "
+                          "first 2 steps (field 'ts', iso); got ") and err.count("\n") == 1, err
+    assert "2 lines, none sent" in err
+
+
+def test_the_compressed_config_allows_the_publishers_own_delay(tmp_path):
+    """A config with no lateness gets 1 s (an event published just after a step's end would
+    be late); a larger one is compressed with the steps."""
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "streaming", "active_users.yaml")))
+    for given, expected in ((None, 1.0), (7200.0, 4.0)):
+        steps = dict(raw["steps"], size_seconds=3600)
+        steps.pop("allowed_lateness_seconds", None)
+        if given is not None:
+            steps["allowed_lateness_seconds"] = given
+        path = tmp_path / f"c{given}.yaml"
+        path.write_text(yaml.safe_dump(dict(raw, steps=steps)))
+        folder = tmp_path / f"f{given}"
+        folder.mkdir()
+        written = replay.compressed_config(str(path), str(folder), ORIGIN, 3, 2.0,
+                                           str(tmp_path / "out"))
+        assert yaml.safe_load(open(written))["steps"]["allowed_lateness_seconds"] == expected
