@@ -24,7 +24,7 @@ Workers: `runner_args` sets `--environment_type=LOOPBACK`, so the SDK harness is
 process: it reads and writes this machine's paths (input, output, claims, checkpoints), and a
 local secret reaches it. On a cluster with workers on other hosts (`PROCESS` or `EXTERNAL`
 environments), every path must be one they all reach (gs://) and the secret one they resolve
-themselves, as on Dataflow (`io.remote_preflight`).
+themselves, as on Dataflow (`remote.preflight`).
 """
 from __future__ import annotations
 

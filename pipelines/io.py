@@ -12,13 +12,12 @@ from __future__ import annotations
 import csv
 import functools
 import glob
-import importlib.util
 import json
 import math
 import os
 import re
 import tempfile
-from typing import Optional
+from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -30,10 +29,9 @@ from pipelines.csv_input import ParseCsvFile
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
 from transforms.messages import DEAD_LETTER, GLOBAL_WINDOWS, dead_letter, dead_letter_record
-from transforms.secret import GCP_EXTRA
 from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
 from transforms.validation import BadText, fail, message
-from pipelines import gate
+from pipelines import gate, remote
 from pipelines.arrow_batches import UNIT_ROLES, TableToBatch
 from transforms.arrow_input import EventBatch
 
@@ -551,6 +549,26 @@ def check_parquet_files(pattern, config_folder=None):
     return good, bad
 
 
+def parquet_columns(paths) -> List[str]:
+    """The column names of the Parquet files (their schemas: no data), in first-seen order."""
+    import pyarrow.parquet as pq
+    names = {}
+    for path in paths:
+        with FileSystems.open(path) as handle:
+            names.update(dict.fromkeys(pq.ParquetFile(handle).schema_arrow.names))
+    return list(names)
+
+
+def check_columns(job: job_config.JobConfig, columns) -> None:
+    """Every configured field is a column of the input's schema (a CSV header, Parquet
+    schemas: no person's data), else a one-line error before the job runs or spends
+    anything (a misspelled field would make every record a dead letter)."""
+    for role, column in job.input.fields.items():
+        if column not in columns:
+            shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
+            job_config.fail(f"input.fields.{role}", f"a column of the input ({shown})", column)
+
+
 def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:
     """A batch driver's input is files, a bounded source: it runs as one batch release.
     `--streaming` with it would silently run as batch, and a subscription is read by the
@@ -566,66 +584,22 @@ def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:
                             "source, see docs/operations.md#streaming)", "--streaming")
 
 
-# what a remote runner needs where the job is launched (the `[gcp]` extra): module -> package
-GCP_MODULES = {"google.cloud.storage": "google-cloud-storage", "apitools": "google-apitools"}
-SECRET_MODULE = ("google.cloud.secretmanager", "google-cloud-secret-manager")
-
-
-def remote_preflight(job: job_config.JobConfig, runner: str, paths=()) -> None:
-    """A remote runner's workers read and write only remote paths (gs://), and launching needs
-    the `[gcp]` extra: a local input, output or state path, or a missing module of the extra,
-    is a one-line error before anything starts. `paths`: more (name, path) the job writes."""
-    named = [("output.path", job.output.path), *paths]
-    if not job.input.unbounded:
-        named.insert(0, ("input.path", job.input.path))
-    for name, path in named:
-        if "://" not in path:
-            job_config.fail(name, f"a path every {runner} worker can reach (gs://my-bucket/...; "
-                                  f"a local path exists on this machine only)", path)
-    needed = dict(GCP_MODULES)
-    if job.secret.gcp_secret:
-        needed[SECRET_MODULE[0]] = SECRET_MODULE[1]
-    for module, package in needed.items():
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            job_config.fail("--runner", f"launched where the [gcp] extra is installed "
-                                        f"(pip install -e \".[gcp]\" in a clone, or "
-                                        f"{GCP_EXTRA}; {package} is missing)",
-                            runner)
-    gcp_credentials()
-
-
-def gcp_credentials() -> None:
-    """Google Cloud's Application Default Credentials, found at once (a launch without them
-    would wait minutes for a Cloud Storage timeout), else one line saying how to set them."""
-    import google.auth  # (the [gcp] extra's: checked before)
-    from google.auth.exceptions import DefaultCredentialsError
-    try:
-        google.auth.default()
-    except DefaultCredentialsError:
-        job_config.fail("credentials", "Google Cloud's default credentials (gcloud auth "
-                                       "application-default login, or "
-                                       "GOOGLE_APPLICATION_CREDENTIALS=key.json)", "none found")
-
-
 def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None) -> None:
     """Everything that can be checked before a pipeline starts, each failure a one-line error:
     the input matches readable files, the output folder is writable (local paths), and the
     configured secret resolves (local runners: remote workers resolve their own); a remote
     `runner` first passes `remote_preflight`."""
     if not local_runner:
-        remote_preflight(job, runner or "the remote runner")
+        remote.preflight(job, runner or "the remote runner")
     if job.input.unbounded:
         pass  # a subscription: its reader checks it when the job starts
     elif job.input.format == "parquet":
-        check_parquet_files(job.input.path, job.input.config_folder)
+        good, _ = check_parquet_files(job.input.path, job.input.config_folder)
+        check_columns(job, parquet_columns(good))
     else:
         check_text_files(job.input.path, job.input.config_folder)
         if job.input.format == "csv":
-            csv_header(job.input.path, job.input.config_folder)
+            check_columns(job, csv_header(job.input.path, job.input.config_folder))
     if "://" not in job.output.path:
         try:
             os.makedirs(job.output.path, exist_ok=True)

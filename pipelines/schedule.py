@@ -64,7 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import budget, engines, gate, io, logs, storage
+from pipelines import budget, engines, gate, io, logs, remote, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
                                    ConcurrentRun, check_ledger, create_if_absent,
@@ -149,7 +149,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
     runner = engines.runner_of(list(beam_args))
     beam_args, local = engines.prepared(list(beam_args))  # Flink, Spark: the installed jars
     if not local:  # its workers write the checkpoints too
-        io.remote_preflight(job, runner, [("--state-dir", state_dir)])
+        remote.preflight(job, runner, [("--state-dir", state_dir)])
     io.preflight(job, local, runner)
     remove_torn_markers(state_dir)  # empty markers of a version before atomic creation
     secret = job.secret.ref() if job.secret.configured else stored_secret(state_dir)

@@ -529,24 +529,6 @@ def test_the_summary_shows_the_first_reason_of_the_most_common_dead_letter(tmp_p
            "milliseconds)" in out, out
 
 
-def test_a_launch_without_google_credentials_is_one_line_at_once(monkeypatch):
-    """No Application Default Credentials: refused before anything waits on Cloud Storage."""
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-    from pipelines import io as job_io
-
-    def none_found(*args, **kwargs):
-        raise DefaultCredentialsError("no credentials")
-    monkeypatch.setattr(google.auth, "default", none_found)
-    with pytest.raises(ValueError, match=r"^`credentials` must be Google Cloud's default "
-                                         r"credentials \(gcloud auth application-default "
-                                         r"login, or GOOGLE_APPLICATION_CREDENTIALS=key.json\); "
-                                         r"got 'none found'\.$"):
-        job_io.gcp_credentials()
-    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (object(), "project"))
-    job_io.gcp_credentials()
-
-
 def signed_delays(path, seed=13):
     """Departure delays in minutes, flights-like: 3 carriers x 400 aircraft, each aircraft
     flying 1-10 times over 31 days (the unit: an aircraft; max_contributions 10 cuts
@@ -608,3 +590,29 @@ def test_a_signed_mean_is_not_biased_by_clamping_at_zero_and_counts_the_clamped_
                                    "values_above_max_value": int(np.sum(delays > 120))}
     assert min(operator["clamped"].values()) > 0
     assert operator["truncated"] == {}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_field_that_is_not_a_column_is_refused_before_anything_is_spent(tmp_path, capsys,
+                                                                           fmt):
+    """A CSV header and Parquet schemas are the input's schema, not its data: a misspelled
+    field is a free one-line error, not a run the input gate refuses (and charges)."""
+    rows = [{"ts": "2026-01-05T00:30:00Z", "user": f"u{i}", "region": "eu-west"}
+            for i in range(5)]
+    data = tmp_path / f"events.{fmt}"
+    if fmt == "csv":
+        data.write_text("ts,user,region\n" + "".join(
+            f"{r['ts']},{r['user']},{r['region']}\n" for r in rows))
+    else:
+        import pyarrow as pa
+        pq.write_table(pa.Table.from_pylist(rows), data)
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["input"].update(path=str(data), format=fmt,
+                           fields={"timestamp": "ts", "unit": "acount", "key": "region"})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 2
+    assert capsys.readouterr().err == ("error: `input.fields.unit` must be a column of the "
+                                       "input (ts, user, region); got 'acount'.\n")
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
