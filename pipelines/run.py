@@ -473,6 +473,24 @@ def budget_text(budget: dict) -> str:
     return ", ".join(f"{name}={value:g}" for name, value in budget.items() if value is not None)
 
 
+COARSE_GRID = 10  # a value grid coarser than the value range / this is pointed out
+
+
+def coarse_grid_note(job) -> list:
+    """A line when a sum's or mean's value grid is coarse for its range (from the config
+    alone): each value moves by up to half a grid step, and the released totals and their
+    intervals are those of the rounded values."""
+    g = job.bounds.get("value_resolution")
+    if g is None or "max_value" not in job.bounds:
+        return []
+    magnitude = max(job.bounds["max_value"], abs(job.bounds.get("min_value") or 0))
+    if g * COARSE_GRID <= magnitude:
+        return []
+    return [f"  NOTE: value_resolution {g:g} is coarse for values up to {magnitude:g}: each "
+            f"value is rounded to a multiple of it (by up to {g / 2:g}), and the totals and "
+            f"their intervals are those of the rounded values"]
+
+
 def describe_run(job, transform, public: dict, operator: dict) -> str:
     """The run summary `pipelines.run` prints (and `pipelines.schedule`, whose `public` also
     holds its run's steps: `released_before`, `released_after`, `spent`, `checkpoint`; its
@@ -493,6 +511,7 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
              f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
              f"{keys_text(public)}, noise {public['noise']}, {error}"]
+    lines += coarse_grid_note(job)
     if scheduled:
         lines.append(f"release {public['release_id']}: steps released {public['released_before']}"
                      f" -> {public['released_after']} of {job.steps.horizon} "

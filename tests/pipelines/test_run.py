@@ -616,3 +616,19 @@ def test_a_field_that_is_not_a_column_is_refused_before_anything_is_spent(tmp_pa
     assert capsys.readouterr().err == ("error: `input.fields.unit` must be a column of the "
                                        "input (ts, user, region); got 'acount'.\n")
     assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_a_coarse_value_grid_is_pointed_out_from_the_config(tmp_path, capsys):
+    """value_resolution 100 for values up to 300: each value moves by up to 50, said once (a
+    note from the config alone; the default grid, max / 100, says nothing)."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "seconds_on_page.yaml")))
+    config.update(output={"path": str(tmp_path), "formats": ["jsonl"]},
+                  secret={"seed": 1, "insecure": True})
+    path = tmp_path / "job.yaml"
+    for grid, noted in ((100, True), (None, False)):
+        config["bounds"]["value_resolution"] = grid
+        path.write_text(yaml.safe_dump(config))
+        assert job_run.main(["--config", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert ("NOTE: value_resolution 100 is coarse for values up to 300: each value is "
+                "rounded to a multiple of it (by up to 50)" in out) == noted, out
