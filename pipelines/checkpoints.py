@@ -307,7 +307,11 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
         if name in ("mechanism.name", "mechanism.params") and job.mechanism.name == "auto":
             continue  # the ledger's resolved mechanism is used
         if spent.get(name) != value:
-            job_config.fail(name, f"what this release was started with ({spent.get(name)!r}; "
+            was = spent.get(name)
+            if isinstance(was, dict) and isinstance(value, dict):  # name the entry that differs
+                part = min(k for k in set(was) | set(value) if was.get(k) != value.get(k))
+                name, was, value = f"{name}.{part}", was.get(part), value.get(part)
+            job_config.fail(name, f"what this release was started with ({was!r}; "
                                   f"{NEW_STATE_DIRECTORY})", value)
 
 

@@ -565,7 +565,8 @@ def check_columns(job: job_config.JobConfig, columns) -> None:
     anything (a misspelled field would make every record a dead letter)."""
     for role, column in job.input.fields.items():
         if column not in columns:
-            shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
+            shown = ", ".join(c if c.isprintable() else repr(c) for c in list(columns)[:8]) \
+                + (", ..." if len(columns) > 8 else "")
             job_config.fail(f"input.fields.{role}", f"a column of the input ({shown})", column)
 
 
