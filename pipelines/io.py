@@ -593,7 +593,8 @@ def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None)
     if not local_runner:
         remote.preflight(job, runner or "the remote runner")
     if job.input.unbounded:
-        pass  # a subscription: its reader checks it when the job starts
+        if job.input.kind == "pubsub" and local_runner:  # the emulator, or Google Cloud
+            remote.pubsub_reachable()
     elif job.input.format == "parquet":
         good, _ = check_parquet_files(job.input.path, job.input.config_folder)
         check_columns(job, parquet_columns(good))

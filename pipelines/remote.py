@@ -5,6 +5,7 @@ one-line error before anything starts (`io.preflight` calls it for a remote runn
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from pipelines import config as job_config
 from transforms.secret import GCP_EXTRA
@@ -40,6 +41,25 @@ def preflight(job: job_config.JobConfig, runner: str, paths=()) -> None:
                                         f"{GCP_EXTRA}; {package} is missing)",
                             runner)
     gcp_credentials()
+
+
+def pubsub_reachable() -> None:
+    """A streaming job's Pub/Sub: the local emulator (PUBSUB_EMULATOR_HOST) or Google Cloud,
+    whose default credentials must then be found, else one line saying what to set (a launch
+    without either retried for minutes and failed on credentials)."""
+    if os.environ.get("PUBSUB_EMULATOR_HOST"):
+        return
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        return  # the [pubsub] extra's absence is reported where the reader is built
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        job_config.fail("input.subscription", "reachable: set PUBSUB_EMULATOR_HOST for the "
+                                              "local emulator (or python3 -m pipelines.replay), "
+                                              "or Google Cloud credentials", "neither")
 
 
 def gcp_credentials() -> None:
