@@ -589,12 +589,11 @@ def preflight(job: job_config.JobConfig, local_runner: bool, runner: str = None)
     """Everything that can be checked before a pipeline starts, each failure a one-line error:
     the input matches readable files, the output folder is writable (local paths), and the
     configured secret resolves (local runners: remote workers resolve their own); a remote
-    `runner` first passes `remote_preflight`."""
+    `runner` first passes `remote.preflight`."""
     if not local_runner:
         remote.preflight(job, runner or "the remote runner")
     if job.input.unbounded:
-        if job.input.kind == "pubsub" and local_runner:  # the emulator, or Google Cloud
-            remote.pubsub_reachable()
+        pass  # a subscription: checked before the job is charged (`remote.pubsub_reachable`)
     elif job.input.format == "parquet":
         good, _ = check_parquet_files(job.input.path, job.input.config_folder)
         check_columns(job, parquet_columns(good))

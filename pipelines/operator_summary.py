@@ -90,12 +90,12 @@ def delta_note(summary: dict, job) -> Optional[str]:
 
 
 def horizon_warning(summary: dict, job) -> Optional[str]:
-    """One line when more events fall outside the horizon than in it (operator-only: exact
+    """One line when events fall outside the horizon and none in it (operator-only: exact
     counts): a mistyped steps.origin or a timestamp format that reads the times wrong leaves
-    a release of noise; a source that also holds history beyond the horizon may be fine."""
+    a release of noise (a source that also holds history beyond the horizon has some in it)."""
     outside = summary.get("dead_letters", {}).get("outside_horizon", 0)
-    inside = summary.get("events_in_window") or 0
-    if outside <= inside:
+    inside = summary.get("events_in_window")
+    if not outside or inside != 0:
         return None
     steps = job.steps.time_steps()
     return (f"WARNING (operator-only, NOT private): {outside} events fall outside the horizon "

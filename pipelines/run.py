@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
 from pipelines import (budget, commit, engines, gate, io, job_release, kafka_local, local_dofns,
-                       local_pubsub, local_watermark, logs, storage, stream)
+                       local_pubsub, local_watermark, logs, remote, storage, stream)
 from pipelines.checkpoints import read_json, write_text
 from pipelines.operator_summary import describe, operator_summary
 from pipelines.plan_command import COMMAND as PLAN_COMMAND
@@ -272,6 +272,8 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                 transform, continuation = continued_stream(job, checkpoint)
             else:
                 transform = build_transform(job, secret, checkpoint=checkpoint)
+            if job.input.kind == "pubsub" and local:  # the emulator or Google Cloud, first
+                remote.pubsub_reachable()
             ledger = budget.charge(job, transform)  # (a continuation: in the ledger already)
         except ValueError as error:
             print(f"error: {gate.one_line(error)}", file=sys.stderr)

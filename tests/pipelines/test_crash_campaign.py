@@ -243,7 +243,7 @@ def _markers_lost_are_refused(config, state, job):
                                      _now(HORIZON)), cwd=ROOT, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "must be holding the commit marker" in result.stderr
+    assert "must be holding the markers of all the job committed" in result.stderr
     assert {p: open(p, "rb").read() for p in glob.glob(
         os.path.join(schedule.published_root(job), "*", "*"))} == before
     shutil.move(commits + ".saved", commits)

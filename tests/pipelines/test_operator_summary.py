@@ -90,3 +90,19 @@ def test_worst_keys_are_the_largest_shares_cut_and_none_without_counts():
         {"key": "b", "input": 8, "kept": 2, "share_cut": 0.75},
         {"key": "d", "input": 5, "kept": 4, "share_cut": 0.2}]  # a: nothing cut, not listed
     assert operator_summary.worst_keys({"events_in_window": 3}) is None
+
+
+def test_a_horizon_with_no_event_in_it_warns_and_one_with_some_does_not():
+    """A mistyped origin (or seconds read as milliseconds) leaves every event outside the
+    horizon: a warning; a source holding history beyond a horizon with events in it: none."""
+    from pipelines import config as job_config
+    job = job_config.load("demo:active_users")
+    line = operator_summary.horizon_warning(
+        {"events_in_window": 0, "dead_letters": {"outside_horizon": 3861}}, job)
+    assert line == ("WARNING (operator-only, NOT private): 3861 events fall outside the "
+                    "horizon [2026-01-05T00:00:00+00:00, 2026-01-07T00:00:00+00:00), 0 in it: "
+                    "check steps.origin and input.timestamp_format")
+    for summary in ({"events_in_window": 5, "dead_letters": {"outside_horizon": 3861}},
+                    {"events_in_window": 0, "dead_letters": {}},
+                    {"events_in_window": None, "dead_letters": {"outside_horizon": 1}}):
+        assert operator_summary.horizon_warning(summary, job) is None
