@@ -50,13 +50,10 @@ def pubsub_reachable() -> None:
     if os.environ.get("PUBSUB_EMULATOR_HOST"):
         return
     try:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
+        found = has_credentials()
     except ImportError:
         return  # the [pubsub] extra's absence is reported where the reader is built
-    try:
-        google.auth.default()
-    except DefaultCredentialsError:
+    if not found:
         job_config.fail("input.subscription", "reachable: set PUBSUB_EMULATOR_HOST for the "
                                               "local emulator (or python3 -m pipelines.replay), "
                                               "or Google Cloud credentials", "neither")
@@ -65,11 +62,19 @@ def pubsub_reachable() -> None:
 def gcp_credentials() -> None:
     """Google Cloud's Application Default Credentials, found at once (a launch without them
     would wait minutes for a Cloud Storage timeout), else one line saying how to set them."""
-    import google.auth  # (the [gcp] extra's: checked before)
+    if not has_credentials():  # (the [gcp] extra's google.auth: checked before)
+        job_config.fail("credentials", "Google Cloud's default credentials (gcloud auth "
+                                       "application-default login, or "
+                                       "GOOGLE_APPLICATION_CREDENTIALS=key.json)", "none found")
+
+
+def has_credentials() -> bool:
+    """Whether Google Cloud's Application Default Credentials are found (ImportError without
+    google.auth)."""
+    import google.auth  # (an extra's module: imported only when a check needs it)
     from google.auth.exceptions import DefaultCredentialsError
     try:
         google.auth.default()
     except DefaultCredentialsError:
-        job_config.fail("credentials", "Google Cloud's default credentials (gcloud auth "
-                                       "application-default login, or "
-                                       "GOOGLE_APPLICATION_CREDENTIALS=key.json)", "none found")
+        return False
+    return True
