@@ -308,9 +308,16 @@ def check_ledger(ledger: dict, job: job_config.JobConfig, secret_fingerprint: st
             continue  # the ledger's resolved mechanism is used
         if spent.get(name) != value:
             was = spent.get(name)
-            if isinstance(was, dict) and isinstance(value, dict):  # name the entry that differs
-                part = min(k for k in set(was) | set(value) if was.get(k) != value.get(k))
-                name, was, value = f"{name}.{part}", was.get(part), value.get(part)
+            differ = sorted(k for k in set(was) | set(value)
+                            if (k in was, was.get(k)) != (k in value, value.get(k))) \
+                if isinstance(was, dict) and isinstance(value, dict) else []
+            if differ:  # name the entry that differs, not the whole section twice
+                name, was, value = f"{name}.{differ[0]}", was.get(differ[0]), value.get(differ[0])
+            if isinstance(was, list) and isinstance(value, list) and len(repr(was)) > 60:
+                added = [v for v in value if v not in was][:1]  # public keys: say what moved
+                removed = [v for v in was if v not in value][:1]
+                was = f"{len(was)} entries" + (f", with {removed[0]!r}" if removed else "")
+                value = f"{len(value)} entries" + (f", with {added[0]!r}" if added else "")
             job_config.fail(name, f"what this release was started with ({was!r}; "
                                   f"{NEW_STATE_DIRECTORY})", value)
 

@@ -280,10 +280,11 @@ def committed_folders(job):
 
 def config_identity(config: str) -> str:
     """The config a run was started with, as the operator summary records it: a local file's
-    absolute path (`demo:<job>` is its bundled file), a remote path as given."""
+    real path (`demo:<job>` is its bundled file; symlinks resolved), a remote path as
+    given."""
     if "://" in config:
         return config
-    return os.path.abspath(config_path(config))
+    return os.path.realpath(config_path(config))
 
 
 def refuse_other_config(job, config: str) -> None:
@@ -292,14 +293,16 @@ def refuse_other_config(job, config: str) -> None:
     Reads the committed operator summary's `config` (config file names only, no data)."""
     if config is None:
         return
+    operator = committed_folders(job)[1]
     try:
-        with open(os.path.join(committed_folders(job)[1], "summary.json")) as handle:
-            other = json.load(handle).get("config")
-    except (OSError, ValueError, AttributeError):
-        return  # no committed set (or one from before the field): nothing to protect
+        with FileSystems.open("/".join([operator.rstrip("/"), "summary.json"])) as handle:
+            other = json.loads(handle.read().decode("utf-8")).get("config")
+    except Exception:  # noqa: BLE001 (no committed set, or one from before the field)
+        return
     if other and other != config_identity(config):
         fail("job", f"a name of its own ({job.public_path} holds the output of {other}; "
-                    f"rename `job:` or remove that folder)", job.job)
+                    f"rename `job:`, or remove that folder and the job's operator folders)",
+             job.job)
 
 
 def release_marker(job, release_id: str) -> str:

@@ -563,11 +563,25 @@ def check_columns(job: job_config.JobConfig, columns) -> None:
     """Every configured field is a column of the input's schema (a CSV header, Parquet
     schemas: no person's data), else a one-line error before the job runs or spends
     anything (a misspelled field would make every record a dead letter)."""
-    for role, column in job.input.fields.items():
+    fields = job.input.fields
+    if not any(column in columns for column in fields.values()):  # (its cells are not shown)
+        role = next(iter(fields))
+        job_config.fail(f"input.fields.{role}", "a column of the input (none of input.fields "
+                                                "is: is the first line a header?)", fields[role])
+    for role, column in fields.items():
         if column not in columns:
-            shown = ", ".join(c if c.isprintable() else repr(c) for c in list(columns)[:8]) \
-                + (", ..." if len(columns) > 8 else "")
-            job_config.fail(f"input.fields.{role}", f"a column of the input ({shown})", column)
+            job_config.fail(f"input.fields.{role}", f"a column of the input "
+                                                    f"({_names(columns)})", column)
+
+
+def _names(columns, most: int = 8, width: int = 24) -> str:
+    """Column names for a one-line message: at most `most`, each at most `width` characters,
+    shown with repr when blanks or unprintable characters would hide what they are."""
+    shown = []
+    for name in list(columns)[:most]:
+        text = name if name.isprintable() and name.strip() == name and name else repr(name)
+        shown.append(text if len(text) <= width else text[:width - 3] + "...")
+    return ", ".join(shown) + (", ..." if len(columns) > most else "")
 
 
 def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:

@@ -152,6 +152,12 @@ def truncation_warning(summary: dict, job, config_path: str = None):
             f"not show: see what other caps would cut and cost with {command}")
 
 
+def _key_text(key: str, width: int = 24) -> str:
+    """A key for a summary line: repr when it has unprintable characters, cut to `width`."""
+    text = key if key.isprintable() else repr(key)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def describe(summary: dict, where: str = "in the horizon") -> str:
     """The operator summary's lines after its heading: events and what the bounds cut, the keys
     cut most, values clamped, keys selected, dead letters (one indented line each)."""
@@ -165,8 +171,8 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
     worst = summary.get("worst_keys")
     if worst:
         parts.append("keys cut most: " + ", ".join(
-            f"{row['key']} {100.0 * row['share_cut']:.1f} % ({row['input'] - row['kept']} of "
-            f"{row['input']})" for row in worst[:3]))
+            f"{_key_text(row['key'])} {100.0 * row['share_cut']:.1f} % "
+            f"({row['input'] - row['kept']} of {row['input']})" for row in worst[:3]))
     clamped = summary.get("clamped")
     if clamped:
         below, above = (clamped.get(name, 0) for name in CLAMPED)

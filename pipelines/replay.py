@@ -52,7 +52,8 @@ def compressed_config(path: str, folder: str, origin: float, steps: int,
     size = float(raw["steps"]["size_seconds"])
     raw["steps"] = dict(raw["steps"], origin=origin, size_seconds=step_seconds, horizon=steps)
     lateness = raw["steps"].get("allowed_lateness_seconds", 0.0) * step_seconds / size
-    raw["steps"]["allowed_lateness_seconds"] = max(lateness, MIN_LATENESS_SECONDS)
+    most = raw["steps"].get("release_delay_steps", 1) * step_seconds / 2  # what a config allows
+    raw["steps"]["allowed_lateness_seconds"] = min(max(lateness, MIN_LATENESS_SECONDS), most)
     raw["secret"] = {"seed": 2026, "insecure": True}
     raw["output"] = {"path": os.path.join(output, f"{prefix}-{int(origin)}"),
                      "formats": ["jsonl"]}

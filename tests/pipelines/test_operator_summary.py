@@ -106,3 +106,12 @@ def test_a_horizon_with_no_event_in_it_warns_and_one_with_some_does_not():
                     {"events_in_window": 0, "dead_letters": {}},
                     {"events_in_window": None, "dead_letters": {"outside_horizon": 1}}):
         assert operator_summary.horizon_warning(summary, job) is None
+
+
+def test_odd_keys_stay_on_one_short_line():
+    worst = [{"key": "a\nb", "input": 4, "kept": 1, "share_cut": 0.75},
+             {"key": "k" * 3000, "input": 4, "kept": 2, "share_cut": 0.5}]
+    line = operator_summary.describe({"events_in_window": 8, "truncated": {},
+                                      "dead_letters": {}, "worst_keys": worst})
+    part = [p for p in line.splitlines() if p.strip().startswith("keys cut most")][0]
+    assert "'a\\nb' 75.0 %" in part and "k" * 21 + "..." in part and len(part) < 200

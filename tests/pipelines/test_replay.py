@@ -77,17 +77,19 @@ def test_a_file_with_nothing_to_send_is_refused_before_the_emulator_starts(tmp_p
 
 def test_the_compressed_config_allows_the_publishers_own_delay(tmp_path):
     """A config with no lateness gets 1 s (an event published just after a step's end would
-    be late); a larger one is compressed with the steps."""
+    be late); a larger one is compressed with the steps; neither beyond what a config may
+    allow."""
     raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "streaming", "active_users.yaml")))
-    for given, expected in ((None, 1.0), (7200.0, 4.0)):
+    # at least 1 s, at most what a config allows (release_delay_steps x step / 2: 1 s at 2 s)
+    for given, expected, step in ((None, 1.0, 2.0), (7200.0, 1.0, 2.0), (None, 0.5, 1.0)):
         steps = dict(raw["steps"], size_seconds=3600)
         steps.pop("allowed_lateness_seconds", None)
         if given is not None:
             steps["allowed_lateness_seconds"] = given
-        path = tmp_path / f"c{given}.yaml"
+        path = tmp_path / f"c{given}-{step}.yaml"
         path.write_text(yaml.safe_dump(dict(raw, steps=steps)))
-        folder = tmp_path / f"f{given}"
+        folder = tmp_path / f"f{given}-{step}"
         folder.mkdir()
-        written = replay.compressed_config(str(path), str(folder), ORIGIN, 3, 2.0,
-                                           str(tmp_path / "out"))
+        written = replay.compressed_config(str(path), str(folder), ORIGIN, 3, step,
+                                           str(tmp_path / "out"))  # (at most delay x step / 2)
         assert yaml.safe_load(open(written))["steps"]["allowed_lateness_seconds"] == expected

@@ -168,8 +168,8 @@ def test_a_copied_config_that_kept_the_job_name_does_not_replace_the_others_outp
     assert job_run.main(["--config", str(copy)]) == 2
     err = capsys.readouterr().err
     assert err == (f"error: `job` must be a name of its own ({tmp_path / 'out' / 'signups'} "
-                   f"holds the output of {first}; rename `job:` or remove that folder); got "
-                   f"'signups'.\n"), err
+                   f"holds the output of {first}; rename `job:`, or remove that folder and "
+                   f"the job's operator folders); got 'signups'.\n"), err
     config["privacy"] = {"epsilon": 2.0}
     first.write_text(yaml.safe_dump(config))
     assert job_run.main(["--config", str(first)]) == 0
@@ -634,3 +634,21 @@ def test_a_coarse_value_grid_is_pointed_out_from_the_config(tmp_path, capsys):
         out = capsys.readouterr().out
         assert ("NOTE: value_resolution 100 is coarse for values up to 300: each value is "
                 "rounded to a multiple of it (by up to 50)" in out) == noted, out
+
+
+def test_a_csv_without_a_header_is_refused_without_showing_its_first_record(tmp_path, capsys):
+    """A headerless CSV's first line is a record: none of the fields is a column, and the
+    one-line error says so without echoing its cells (a person's data)."""
+    data = tmp_path / "events.csv"
+    data.write_text("2026-01-05T00:10:00Z,alice@example.com,eu-west\n"
+                    "2026-01-05T00:20:00Z,bob@example.com,us-east\n")
+    config = yaml.safe_load(open(os.path.join(ROOT, "configs", "active_users.yaml")))
+    config["output"] = {"path": str(tmp_path / "out"), "formats": ["jsonl"]}
+    config["input"].update(path=str(data), format="csv")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert job_run.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: `input.fields.key` must be a column of the input (none of "
+                   "input.fields is: is the first line a header?); got 'region'.\n"), err
+    assert "alice" not in err

@@ -585,3 +585,32 @@ def test_a_file_added_to_a_published_release_folder_is_named_at_each_run(tmp_pat
     assert code == 2 and capsys.readouterr().err.strip() == (
         f"error: `published folder` must be holding only the files of the release's committed "
         f"windows (remove the file); got '{named}'.")
+
+
+def test_a_bound_given_as_null_then_left_out_is_one_line(tmp_path):
+    """The ledger's bounds hold value_resolution: null; the next config leaves it out (the
+    same value by default, another config): refused in one line naming the entry (it was
+    'min() arg is an empty sequence')."""
+    base = yaml.safe_load(open(os.path.join(ROOT, "configs", "seconds_on_page.yaml")))
+    state = str(tmp_path / "state")
+    first = write_config(tmp_path, "seconds_on_page.yaml",
+                         bounds=dict(base["bounds"], value_resolution=None))
+    schedule.run_once(first, state, ORIGIN + 4 * HOUR)
+    second = write_config(tmp_path, "seconds_on_page.yaml", bounds=dict(base["bounds"]))
+    with pytest.raises(ValueError, match=r"^`bounds.value_resolution` must be what this "
+                                         r"release was started with \(None; "):
+        schedule.run_once(second, state, ORIGIN + 8 * HOUR)
+
+
+def test_a_long_public_keys_change_names_the_keys_that_moved():
+    """Lists of public keys are not printed whole: their sizes and a key added or removed."""
+    job = job_config.load("demo:active_users")
+    spent = checkpoints.fingerprint(job)
+    spent["public_keys"] = [f"region-{i:03d}" for i in range(40)]
+    ledger = {"secret_fingerprint": "f", "config": spent}
+    with pytest.raises(ValueError) as refused:
+        checkpoints.check_ledger(ledger, job, "f")
+    message = str(refused.value)
+    assert message.startswith("`public_keys` must be what this release was started with "
+                              "(\"40 entries, with 'region-000'\"; ") and len(message) < 300
+    assert message.endswith("got \"6 entries, with 'eu-west'\".")
