@@ -510,9 +510,11 @@ def headline(text: str, details: str) -> str:
     below the current folder is shown relative to it."""
     end = text.find("). ")
     line = text if end < 0 else text[:end + 2]
-    if text[end + 3:].startswith(MOST):  # the cause, its own sentence
-        cause = text[end + 3:]
-        line += " " + cause[:cause.find(". ") + 1 if ". " in cause else len(cause)]
+    if text[end + 3:].startswith(MOST):  # the cause, its own sentence (if the line keeps
+        cause = text[end + 3:]              # under 200 characters: it is in the file too)
+        cause = cause[:cause.find(". ") + 1 if ". " in cause else len(cause)]
+        if len("error: ") + len(line) + 1 + len(cause) < 200:
+            line += " " + cause
     if "://" not in details:
         shown = os.path.relpath(details)
         details = details if shown.startswith("..") else shown

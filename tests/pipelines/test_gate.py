@@ -516,3 +516,15 @@ def test_the_config_gates_exactly_the_transforms_whose_records_name_their_unit(t
     from transforms import registry
     assert set(gate.UNIT_ROLES) == {n for n, s in registry.SPECS.items() if s.unit_roles}
     assert "release" not in gate.UNIT_ROLES  # a declared release's records name no unit
+
+
+def test_a_refusals_line_stays_under_200_characters_before_its_file():
+    """Huge figures (a 9-digit excess, a long budget) drop the cause from the line, never the
+    limit: the whole text is in the file."""
+    cause = "Most: units off public_keys (check public_keys, input.fields.key)."
+    for excess, budget in ((570, "epsilon 0.02"), (123456789, "epsilon 0.0333333333333")):
+        text = (f"{gate.REFUSAL}; got a noisy excess {excess} over 311 (nothing published; the "
+                f"gate spent {budget}). {cause} The excess counts units ...")
+        line = "error: " + gate.headline(text, "/x/refusal.txt")
+        assert len(line.split(" Why: ")[0]) < 200, line
+        assert (cause in line) == (excess == 570), line
