@@ -29,7 +29,8 @@ from pipelines.csv_input import ParseCsvFile
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
 from transforms.messages import DEAD_LETTER, GLOBAL_WINDOWS, dead_letter, dead_letter_record
-from transforms.streams.records import BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text
+from transforms.streams.records import (BAD_TEXT, TEXT_CONDITION, Reason, is_id, is_text,
+                                       label)
 from transforms.validation import BadText, fail, message
 from pipelines import gate, remote
 from pipelines.arrow_batches import UNIT_ROLES, TableToBatch
@@ -574,14 +575,10 @@ def check_columns(job: job_config.JobConfig, columns) -> None:
                                                     f"({_names(columns)})", column)
 
 
-def _names(columns, most: int = 8, width: int = 24) -> str:
-    """Column names for a one-line message: at most `most`, each at most `width` characters,
-    shown with repr when blanks or unprintable characters would hide what they are."""
-    shown = []
-    for name in list(columns)[:most]:
-        text = name if name.isprintable() and name.strip() == name and name else repr(name)
-        shown.append(text if len(text) <= width else text[:width - 3] + "...")
-    return ", ".join(shown) + (", ..." if len(columns) > most else "")
+def _names(columns, most: int = 8) -> str:
+    """Column names for a one-line message: at most `most`, each a `records.label`."""
+    return ", ".join(label(name) for name in list(columns)[:most]) \
+        + (", ..." if len(columns) > most else "")
 
 
 def check_bounded_options(beam_args, job: job_config.JobConfig = None) -> None:

@@ -12,6 +12,7 @@ from pipelines import commit
 from transforms import registry
 from transforms.assign import CLAMPED
 from transforms.messages import KEY_INPUT, KEY_KEPT
+from transforms.streams.records import label
 
 
 def operator_summary(result, operator_folder: str, job=None, config_path: str = None) -> dict:
@@ -152,12 +153,6 @@ def truncation_warning(summary: dict, job, config_path: str = None):
             f"not show: see what other caps would cut and cost with {command}")
 
 
-def _key_text(key: str, width: int = 24) -> str:
-    """A key for a summary line: repr when it has unprintable characters, cut to `width`."""
-    text = key if key.isprintable() else repr(key)
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
 def describe(summary: dict, where: str = "in the horizon") -> str:
     """The operator summary's lines after its heading: events and what the bounds cut, the keys
     cut most, values clamped, keys selected, dead letters (one indented line each)."""
@@ -171,7 +166,7 @@ def describe(summary: dict, where: str = "in the horizon") -> str:
     worst = summary.get("worst_keys")
     if worst:
         parts.append("keys cut most: " + ", ".join(
-            f"{_key_text(row['key'])} {100.0 * row['share_cut']:.1f} % "
+            f"{label(row['key'])} {100.0 * row['share_cut']:.1f} % "
             f"({row['input'] - row['kept']} of {row['input']})" for row in worst[:3]))
     clamped = summary.get("clamped")
     if clamped:

@@ -19,7 +19,7 @@ from transforms.mechanisms.privacy import PrivacyBudget
 from transforms.mechanisms.ratio import best_split
 from transforms.mechanisms.selection import (expected_selection_step, selection_delta,
                                              selection_threshold)
-from transforms.streams.count import ContributionBounds, value_resolution
+from transforms.streams.count import ContributionBounds, magnitude, value_resolution
 from transforms.streams.mean import SUM, MeanProblem
 from transforms.streams.records import Declaration
 
@@ -346,7 +346,7 @@ def mean_min_value(args) -> float:
 
 def mean_magnitude(args) -> float:
     """The worst-case |mean| of a planned mean: max(|L|, V)."""
-    return max(abs(mean_min_value(args)), args.mean_max_value)
+    return magnitude(args.mean_max_value, mean_min_value(args))
 
 
 def se_times_count(sum_se: float, count_se: float, max_value: float) -> float:

@@ -38,6 +38,7 @@ from transforms.mechanisms import ConstantNoiseSource
 from transforms.continual import LOCAL_RUNNERS  # noqa: F401 (Beam's local runners)
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
+from transforms.streams.count import magnitude
 
 @contextlib.contextmanager
 def ephemeral_secret():
@@ -485,10 +486,10 @@ def coarse_grid_note(job) -> list:
     g = job.bounds.get("value_resolution")
     if g is None or "max_value" not in job.bounds:
         return []
-    magnitude = max(job.bounds["max_value"], abs(job.bounds.get("min_value") or 0))
-    if g * COARSE_GRID <= magnitude:
+    largest = magnitude(job.bounds["max_value"], job.bounds.get("min_value"))
+    if g * COARSE_GRID <= largest:
         return []
-    return [f"  NOTE: value_resolution {g:g} is coarse for values up to {magnitude:g}: each "
+    return [f"  NOTE: value_resolution {g:g} is coarse for values up to {largest:g}: each "
             f"value is rounded to a multiple of it (by up to {g / 2:g}), and the totals and "
             f"their intervals are those of the rounded values"]
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from transforms import validation as check
 from transforms.streams import ContributionBounds, count_distinct as distinct_machine
-from transforms.streams.count import grid_range, value_resolution as grid_of
+from transforms.streams.count import grid_range, magnitude, value_resolution as grid_of
 from transforms.streams.mean import COUNT, PARTS, SUM, MeanProblem
 from transforms.streams.records import Declaration
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
@@ -36,7 +36,7 @@ class MeanParts(NamedTuple):
     @property
     def magnitude(self) -> float:
         """The largest |mean| the range allows: max(|min_value|, max_value)."""
-        return max(abs(self.min_value), self.max_value)
+        return magnitude(self.max_value, self.min_value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,6 +82,11 @@ class ContributionBounds:
                 self.least)
 
 
+def magnitude(max_value: float, min_value: Optional[float] = None) -> float:
+    """The largest |value| a range keeps: max(|min_value|, max_value) (min_value 0 if None)."""
+    return max(max_value, abs(min_value or 0.0))
+
+
 def value_resolution(max_value: float, given: Optional[float], noise: str,
                      min_value: Optional[float] = None) -> Optional[float]:
     """A sum's value grid g (ContinualSum, ContinualMean, `pipelines.plan`): the given one
@@ -93,14 +98,14 @@ def value_resolution(max_value: float, given: Optional[float], noise: str,
     >>> value_resolution(50.0, None, "discrete", min_value=-200.0)
     2.0
     """
-    magnitude = max(max_value, abs(min_value or 0.0))
+    largest = magnitude(max_value, min_value)
     if given is not None:
         check.positive_finite("value_resolution", given)
-        if given > magnitude:
+        if given > largest:
             limit = "max_value" if min_value is None else "max(|min_value|, max_value)"
-            check.fail("value_resolution", f"<= {limit} ({magnitude})", given)
+            check.fail("value_resolution", f"<= {limit} ({largest})", given)
         return given
-    return magnitude / 100.0 if noise == "discrete" else None
+    return largest / 100.0 if noise == "discrete" else None
 
 
 def _grid_units(value: float, g: float, inward) -> float:

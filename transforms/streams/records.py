@@ -176,6 +176,13 @@ def shown(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def label(text: str, limit: int = 24) -> str:
+    """A name in a one-line message (a column, a key): as it is, or its repr when blanks or
+    unprintable characters would hide what it is; at most `limit` characters (`shown`'s cut)."""
+    plain = text if text and text.isprintable() and text.strip() == text else repr(text)
+    return plain if len(plain) <= limit else plain[:limit - 3] + "..."
+
+
 def not_id_reason(what: str, given) -> str:
     """Why `given` is not an id, as a dead-letter reason ("unit id", "key", "item id")."""
     if isinstance(given, str) and given and not is_text(given):
