@@ -19,11 +19,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
-from transforms.bounded import KeySums, SumPerKey, TruncateUnits
+from transforms.bounded import (KeySums, SumPerKey, TruncateBucketsFn, TruncateUnits,
+                                TruncateUnitsFn)
 from transforms.messages import KeyCoder, StepWindow, tagged
 from transforms.stages import AssignSteps
 from transforms.streams.units import payloads_by_step, run_unit, sorted_payloads
 from transforms.steps import TimeSteps
+from transforms.streams.columns import UnitColumns, bucket_of
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.records import Declaration
 from transforms.streams.units import (CountProblem, DeclaredProblem, DegreeProblem,
@@ -214,3 +216,78 @@ def test_truncation_of_a_bundle_sums_exactly_like_fsum():
     for v in np.array([0.1, 0.2, 3.0]):
         KeySums.add(acc, 0, v)
     assert KeySums.totals(acc)[0] == math.fsum([0.1, 0.2, 3.0])
+
+
+def _drive(fn, items):
+    """A truncation DoFn over items in one bundle -> (sums, states, dead letters, dropped,
+    per-key input and kept)."""
+    fn.start_bundle()
+    outputs = [out for item in items for out in fn.process(item)]
+    dropped, given, kept = dict(fn._dropped), dict(fn._given), dict(fn._kept)
+    outputs.extend(fn.finish_bundle())
+    sums, states, dead = {}, {}, []
+    for out in outputs:
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            if out.tag == "unit_states":
+                states[repr(out.value[0])] = comparable(out.value[1])
+            else:
+                dead.append(json.dumps(out.value, sort_keys=True, default=repr))
+        else:
+            key, wire = out.value
+            acc = sums.setdefault(repr(key), KeySums.new())
+            KeySums.merge(acc, wire)
+    totals = {key: {step: v.hex() for step, v in KeySums.totals(acc).items()}
+              for key, acc in sums.items()}
+    return totals, states, sorted(dead), dropped, given, kept
+
+
+@pytest.mark.parametrize("case", ["count", "sum_grid", "signed", "rounding"])
+@pytest.mark.parametrize("seed", range(4))
+def test_bucket_truncation_equals_the_per_unit_stage(case, seed):
+    """`TruncateBucketsFn` (columnar packs per bucket, numpy) gives what `TruncateUnitsFn`
+    gives (packs per unit), resumed from saved states of some units: the same key sums, unit
+    states, dropped counts and per-key input and kept amounts ("rounding": masses that could
+    round in float64 take the rule one unit at a time)."""
+    rng = random.Random(seed)
+    grid = dict(with_value=True, value_grid=1.0)
+    problem = {
+        "count": CountProblem(ContributionBounds(4, 2, 2)),
+        "sum_grid": CountProblem(ContributionBounds(9, 4, 3, max_value=5.0), max_value=5.0,
+                                 **grid),
+        "signed": CountProblem(ContributionBounds(9, None, 2, max_value=5.0, min_value=-3.0),
+                               max_value=5.0, min_value=-3.0, **grid),
+        "rounding": CountProblem(ContributionBounds(2 ** 52, None, 2, max_value=2.0 ** 51),
+                                 max_value=2.0 ** 51, **grid),
+    }[case]
+    top = 2.0 ** 51 if case == "rounding" else 6.0
+    units = [f"u{i}" for i in range(30)] + list(range(30))
+    events = [(rng.choice(units), rng.choice(KEYS[:4]), rng.randrange(HORIZON),
+               1.0 if not problem.with_value else
+               float(problem.column_values(np.array([rng.uniform(-4, top)]), 1)[0]))
+              for _ in range(400)]
+    window = StepWindow(3, HORIZON)
+    saved = {}
+    for unit in units[::3]:  # states of an earlier run
+        past = [(rng.randrange(3), 0, (rng.choice(KEYS[:4]), 1.0)) for _ in range(3)]
+        saved[unit] = run_unit(problem, unit, problem.init_state(),
+                               payloads_by_step(past, ordered=False), 0, 3).state
+    events = [e for e in events if e[2] >= 3]
+    per_unit = {}
+    for unit, key, step, value in events:
+        per_unit.setdefault(unit, []).append((step, 0, (key, value)))
+    unit_items = [(unit, (per_unit.get(unit, []) and [per_unit[unit]],
+                          [saved[unit]] if unit in saved else []))
+                  for unit in set(per_unit) | set(saved)]
+    columns = UnitColumns([e[0] for e in events], [e[1] for e in events],
+                          np.array([e[2] for e in events]), np.array([e[3] for e in events]))
+    by_bucket = {}
+    for bucket, part in columns.split():
+        by_bucket.setdefault(bucket, ([], []))[0].append(part)
+    for unit, state in saved.items():
+        by_bucket.setdefault(bucket_of(unit), ([], []))[1].append((unit, state))
+    public = KEYS[:3]
+    reference_out = _drive(TruncateUnitsFn(problem, window, True, True, public), unit_items)
+    bucket_out = _drive(TruncateBucketsFn(problem, window, True, True, public),
+                        list(by_bucket.items()))
+    assert bucket_out == reference_out
+    assert reference_out[0] and reference_out[1] and (case == "rounding" or reference_out[3])

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.assign import AssignStepsFn
+from transforms.streams.columns import UnitColumns, normalised
 from transforms.messages import KEYED, dead_letter
 from transforms.streams.records import Reason
 from transforms.validation import fail
@@ -301,8 +302,8 @@ def _flat_columns(problem, batch: EventBatch):
 @beam.typehints.with_output_types(KEYED)
 class AssignBatchStepsFn(AssignStepsFn):
     """`AssignStepsFn` for EventBatches: steps, horizon and window with numpy; counts and
-    sums whose fields pass the vectorised checks become events without per-row parsing;
-    every other row runs `_assign`, the per-element rule itself."""
+    sums whose fields pass the vectorised checks become events without per-row parsing (with
+    `columnar`, column arrays); every other row runs `_assign`, the per-element rule itself."""
 
     def process(self, batch):
         for record, reason in batch.dead:
@@ -352,6 +353,16 @@ class AssignBatchStepsFn(AssignStepsFn):
     def _fast_rows(self, problem, columns, rows, step, micros):
         """Rows whose fields passed their checks: `Problem.parse_columns`, then events."""
         index = pa.array(rows, type=pa.int64())
+        if self.columnar:
+            taken = [column.take(index) for column in columns]
+            values = problem.column_values(
+                taken[2].to_numpy(zero_copy_only=False).astype(np.float64)
+                if len(taken) > 2 else None, len(rows))
+            self._assigned += len(rows)
+            yield from self.add_columns(UnitColumns(
+                normalised(taken[0]), normalised(taken[1]), step[rows].astype(np.int64),
+                values))
+            return
         units, payloads = problem.parse_columns([python_values(column.take(index))
                                                  for column in columns])
         steps = step[rows].astype(np.int64).tolist()

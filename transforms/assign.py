@@ -13,6 +13,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms.columnar import ColumnPacks
 from transforms.messages import (END_OF_GLOBAL, GLOBAL_WINDOWS, KEYED, METRICS, StepWindow,
                                  dead_letter)
 from transforms.steps import TimeSteps
@@ -53,11 +54,27 @@ class PerUnitPacks:
 
 
 @beam.typehints.with_output_types(KEYED)
-class AssignStepsFn(PerUnitPacks, beam.DoFn):
+class AssignStepsFn(ColumnPacks, PerUnitPacks, beam.DoFn):
     """Timestamped element -> (unit, Event tuple), or with `packed` (bounded input) ->
     (unit, [Event tuples]) once per unit and bundle (or per `MAX_EVENTS` buffered events):
     step assignment and the per-unit packing before the shuffle in one DoFn, so an event
-    crosses one Beam stage, and the shuffle moves one element per unit and bundle."""
+    crosses one Beam stage, and the shuffle moves one element per unit and bundle. With
+    `columnar` (packed, `Problem.columnar`) -> (bucket, UnitColumns) per bucket and bundle
+    (`transforms.columnar`)."""
+
+    columnar = False
+
+    def _start_packs(self):
+        if self.columnar:
+            self.start_columns()
+        else:
+            super()._start_packs()
+
+    def _pack(self, unit, event):
+        return self.add_event(unit, event) if self.columnar else super()._pack(unit, event)
+
+    def _flush(self):
+        return self.flush_columns() if self.columnar else super()._flush()
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: StepWindow,
                  diagnostics: bool = False, packed: bool = False):

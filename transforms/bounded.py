@@ -38,6 +38,9 @@ from transforms.messages import (DEAD_LETTER, METRICS, END_OF_GLOBAL, GLOBAL_WIN
                                  add_exact, count_dropped, count_keys, dead_letter, empty)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.streams.records import Reason
+from transforms.columnar import by_bucket
+from transforms.streams.columns import Codes, run_starts, exact_enough, truncate_columns
+from transforms.streams.count import UnitState
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
 
@@ -92,7 +95,7 @@ class KeySums:
 
 
 @beam.typehints.with_output_types(KEYED)
-class _TruncateUnitsFn(beam.DoFn):
+class TruncateUnitsFn(beam.DoFn):
     """(unit, [packs of Event tuples]) or, resumed, (unit, ([packs], [saved state])) -> the new
     unit state (tagged) and, once per bundle, (key, KeySums wire tuple) of every key the
     bundle's units contributed to (fewer, larger elements than one per contribution)."""
@@ -120,12 +123,17 @@ class _TruncateUnitsFn(beam.DoFn):
             packs, saved = grouped, ()
         packs = list(packs)
         wire_events = packs[0] if len(packs) == 1 else [e for pack in packs for e in pack]
-        state = saved[0] if saved else self.problem.init_state()
+        yield from self._unit(unit, wire_events, saved[0] if saved else None)
+
+    def _unit(self, unit, wire_events, saved):
+        """One unit's events ((step, micros, payload) tuples) through its machine from its saved
+        state (None: a new unit): its state out, its contributions into the bundle's sums."""
+        state = saved if saved is not None else self.problem.init_state()
         problem = self.problem
         by_step = payloads_by_step(wire_events, ordered=problem.ordered)
         # a unit first seen in a resumed run starts its machine at step 0 (it had no events)
-        run = run_unit(problem, unit, state, by_step, self.window.first if saved else 0,
-                       self.window.stop)
+        run = run_unit(problem, unit, state, by_step,
+                       self.window.first if saved is not None else 0, self.window.stop)
         if self.diagnostics:  # operator-only: depends on private data
             self._dropped.update(run.dropped)
         if self.public_keys is not None:
@@ -160,6 +168,101 @@ class _TruncateUnitsFn(beam.DoFn):
         for key, acc in self._sums.items():
             yield WindowedValue((key, KeySums.wire(acc)), END_OF_GLOBAL, GLOBAL_WINDOWS)
         self._sums, self._dropped = {}, collections.Counter()
+
+
+@beam.typehints.with_output_types(KEYED)
+class TruncateBucketsFn(TruncateUnitsFn):
+    """(bucket, [UnitColumns]) or, resumed, (bucket, ([UnitColumns], [(unit, saved state)]))
+    -> what `TruncateUnitsFn` gives for each unit of the bucket: new units with numpy
+    (`streams.columns.truncate_columns`, the rule's result), resumed units (and a bucket
+    whose masses could round) one by one through the rule itself."""
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._keys = Codes()  # the bundle's key codes, and their canonical ranks
+        self._ranks, self._cells = np.zeros(0, np.int64), []
+
+    def process(self, item):
+        _, grouped = item
+        parts, saved = (grouped if self.with_states else (grouped, ()))
+        parts, states = list(parts), {}
+        for unit, state in saved:
+            states.setdefault(unit, state)
+        unit_codes, keys = Codes(), self._keys
+        units = [unit_codes.of(p.units) for p in parts]
+        codes = [keys.of(p.keys) for p in parts]
+        u = np.concatenate(units) if parts else np.zeros(0, np.int64)
+        k = np.concatenate(codes) if parts else np.zeros(0, np.int64)
+        s = np.concatenate([p.steps for p in parts]) if parts else np.zeros(0, np.int64)
+        v = np.concatenate([p.values for p in parts]) if parts else np.zeros(0)
+        limits = self.problem.limits
+        one_by_one = np.zeros(len(unit_codes.ids), dtype=bool)
+        for unit in states:
+            code = unit_codes.index.get(unit)
+            if code is not None:
+                one_by_one[code] = True
+        if not exact_enough(limits, v):
+            one_by_one[:] = True
+        slow = one_by_one[u]
+        for unit, events in self._events_of(unit_codes, keys, u[slow], k[slow], s[slow],
+                                            v[slow]).items():
+            yield from self._unit(unit, events, states.pop(unit, None))
+        for unit, state in states.items():  # saved, no events in this run
+            yield from self._unit(unit, [], state)
+        fast = ~slow
+        if not fast.any():
+            return
+        present, u = np.unique(u[fast], return_inverse=True)
+        k, s, v = k[fast], s[fast], v[fast]
+        if len(self._ranks) < len(keys.ids):
+            self._ranks = keys.canonical_ranks()
+        done = truncate_columns(limits, u, len(present), k, self._ranks, s, v)
+        ids = unit_codes.ids
+        for code, used, admitted in zip(present.tolist(), done.used.tolist(), done.admitted):
+            yield beam.pvalue.TaggedOutput(UNIT_STATES, (ids[code], UnitState(
+                used, tuple(keys.ids[c] for c in admitted.tolist()))))
+        self._cells.append((done.cell_keys, done.cell_steps, done.cell_values))
+        if self.diagnostics:  # operator-only: depends on private data
+            self._dropped.update(done.dropped)
+        if self.public_keys is not None:
+            self._count_key_codes(k, v, done)
+
+    @staticmethod
+    def _events_of(unit_codes, keys, u, k, s, v) -> Dict[Any, list]:
+        """Events as the rule takes them: {unit: [(step, micros, (key, value))]} (a count's
+        or sum's rule does not read event times)."""
+        out: Dict[Any, list] = {}
+        units, key_ids = unit_codes.ids, keys.ids
+        for unit, key, step, value in zip(u.tolist(), k.tolist(), s.tolist(), v.tolist()):
+            out.setdefault(units[unit], []).append((step, 0, (key_ids[key], value)))
+        return out
+
+    def _count_key_codes(self, k, v, done):
+        key_ids, public = self._keys.ids, self.public_keys
+        given = np.bincount(k, weights=v, minlength=len(key_ids))
+        kept = np.bincount(done.cell_keys, weights=done.cell_values, minlength=len(key_ids))
+        for code in np.flatnonzero(given).tolist():
+            key = key_ids[code]
+            if key in public:
+                self._given[key] += int(given[code])
+                self._kept[key] += int(kept[code])
+
+    def finish_bundle(self):
+        if self._cells:  # (key, step) sums over the bundle's buckets, into KeySums
+            ck, cs, cv = (np.concatenate(part) for part in zip(*self._cells))
+            order = np.lexsort((cs, ck))
+            ck, cs, cv = ck[order], cs[order], cv[order]
+            cells = run_starts(ck, cs)
+            values = np.add.reduceat(cv, cells) if len(cells) else cv
+            key_ids, sums = self._keys.ids, self._sums
+            for code, step, value in zip(ck[cells].tolist(), cs[cells].tolist(),
+                                         values.tolist()):
+                acc = sums.get(key_ids[code])
+                if acc is None:
+                    acc = sums[key_ids[code]] = KeySums.new()
+                acc[0][step] = acc[0].get(step, 0) + value
+            self._cells = []
+        yield from super().finish_bundle()
 
 
 class _KeySumsFn(beam.CombineFn):
@@ -258,23 +361,30 @@ class TruncateUnits(beam.PTransform):
     (`resume_states`, (unit, state) pairs), which bounds what one unit contributes."""
 
     def __init__(self, problem: Problem, window: StepWindow, resume_states=None,
-                 diagnostics: bool = False, public_keys: Sequence = None):
+                 diagnostics: bool = False, public_keys: Sequence = None,
+                 columnar: bool = False):
         super().__init__()
         self.problem, self.window = problem, window
         self.resume_states, self.diagnostics = resume_states, diagnostics
         self.public_keys = public_keys  # with diagnostics: per-key truncation counts
+        # packs are (bucket, UnitColumns) (`transforms.columnar`), not (unit, [Event tuples])
+        self.columnar = columnar
 
     def expand(self, packs):
-        if self.resume_states is None:
+        states = self.resume_states
+        if self.columnar and states is not None:
+            states = states | "StatesByBucket" >> beam.Map(by_bucket).with_output_types(KEYED)
+        if states is None:
             grouped = packs | "GroupByUnit" >> beam.GroupByKey()
-            # (unit, [packs])
+            # (unit or bucket, [packs])
         else:
-            grouped = ({"events": packs, "state": self.resume_states}
+            grouped = ({"events": packs, "state": states}
                        | "GroupByUnit" >> beam.CoGroupByKey()
                        | "EventsAndState" >> beam.MapTuple(
                            lambda unit, parts: (unit, (parts["events"], parts["state"]))))
-            # (unit, ([packs], [saved state]))
-        out = grouped | "Truncate" >> beam.ParDo(_TruncateUnitsFn(
+            # (unit, ([packs], [saved state])) or (bucket, ([packs], [(unit, saved state)]))
+        fn = TruncateBucketsFn if self.columnar else TruncateUnitsFn
+        out = grouped | "Truncate" >> beam.ParDo(fn(
             self.problem, self.window, self.diagnostics,
             with_states=self.resume_states is not None,
             public_keys=self.public_keys)).with_outputs(
@@ -333,11 +443,13 @@ def release_bounded(events, problem: Problem, config: ReleaseConfig, public_keys
                     window: StepWindow, unit_states=None, key_states=None,
                     diagnostics: bool = False) -> Released:
     """The bounded composition, stage by stage (the module docstring's shapes)."""
+    columnar = problem.columnar
     stepped = events | "AssignSteps" >> stages.AssignSteps(
-        problem, config.steps, window, diagnostics, packed=True)
-    # (unit, [Event tuples]) per unit and bundle + dead letters
+        problem, config.steps, window, diagnostics, packed=True, columnar=columnar)
+    # (unit, [Event tuples]) per unit and bundle, or columnar: (bucket, UnitColumns) per
+    # bucket and bundle + dead letters
     truncated = stepped.main | "TruncatePerUnit" >> TruncateUnits(
-        problem, window, unit_states, diagnostics, public_keys)
+        problem, window, unit_states, diagnostics, public_keys, columnar)
     # (key, KeySums wire tuple) per key and bundle + unit states + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> SumPerKey()
     # (key, ({step: exact total}, (halt steps))), one per key

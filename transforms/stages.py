@@ -32,11 +32,13 @@ class AssignSteps(beam.PTransform):
     (unit, [Event tuples]), one element per unit and bundle."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, window: Optional[StepWindow] = None,
-                 diagnostics: bool = False, packed: bool = False):
+                 diagnostics: bool = False, packed: bool = False, columnar: bool = False):
         super().__init__()
         self.problem, self.steps = problem, steps
         self.window = window or StepWindow.whole(steps)
         self.diagnostics, self.packed = diagnostics, packed
+        # packed events of a `Problem.columnar` problem: (bucket, UnitColumns) out
+        self.columnar = columnar
 
     def expand(self, events):
         if self.packed and not events.is_bounded:
@@ -57,6 +59,7 @@ class AssignSteps(beam.PTransform):
             fn = AssignStepsFn(self.problem, self.steps, self.window, self.diagnostics,
                                 self.packed)
             fn.late_before_window = not events.is_bounded
+        fn.columnar = self.columnar and self.packed and self.problem.columnar
         out = events | "Assign" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, main="events")
         return StageOutput(out.events, out[DEAD_LETTER])
 

@@ -63,6 +63,7 @@ class MeanProblem(CountProblem):
     (min_value 0 by default) and, with `value_grid` g, rounded to the nearest multiple of g
     (payloads and the sum part's declaration in grid units)."""
     part: str = SUM
+    columnar = False  # its own step rule (`mean_step`), not the count rule's
 
     def __post_init__(self):
         check.one_of("part", self.part, PARTS)

@@ -105,6 +105,9 @@ class Problem:
         the same rule)."""
         return advance_unit(self, unit, state, by_step, steps)
 
+    # whether `streams.columns.truncate_columns` computes the rule's result (CountProblem)
+    columnar = False
+
     def parse_columns(self, columns: Sequence[list]) -> Tuple[list, list]:
         """`parse` of rows whose `flat_fields` passed their checks, as columns of Python
         values -> (units, payloads): the same payloads `parse` gives, vectorised."""
@@ -318,14 +321,30 @@ class CountProblem(Problem):
         units, keys = columns[0], columns[1]
         if not self.with_value:
             return units, [(key, 1.0) for key in keys]
-        values = np.asarray(columns[2], dtype=np.float64)
+        values = self.parse_values(np.asarray(columns[2], dtype=np.float64))
+        return units, list(zip(keys, values.tolist()))
+
+    def parse_values(self, values: np.ndarray) -> np.ndarray:
+        """`parse`'s payload values of finite float64 values, vectorised (the same float
+        operations), counting the clamped ones."""
         low, high = self.clamp_range
         self.clamped[0] += int(np.count_nonzero(values < low))
         self.clamped[1] += int(np.count_nonzero(values > high))
         if self.value_grid is not None:
             values = np.floor(np.minimum(np.maximum(values, low), high)
                               / self.value_grid + 0.5)
-        return units, list(zip(keys, values.tolist()))
+        return values
+
+    def column_values(self, values: Optional[np.ndarray], count: int) -> np.ndarray:
+        """The payload values of `count` rows whose fields passed their checks (`values`: the
+        value column as float64, sums only): 1.0 for counts, else `parse_values`."""
+        return np.ones(count) if not self.with_value else self.parse_values(values)
+
+    @property
+    def columnar(self) -> bool:
+        """Whether `streams.columns.truncate_columns` computes this rule's result: integer
+        amounts (counts; sums on a value grid)."""
+        return not self.with_value or self.value_grid is not None
 
     def init_state(self):
         return UnitState()
