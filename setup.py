@@ -27,6 +27,8 @@ setuptools.setup(
                  # the Kafka tests produce their events with it (pipelines.kafka_local)
                  "confluent-kafka>=2.3,<3"],
         "report": ["matplotlib>=3.5"],
+        # benchmarks/table.py's first row: PipelineDP's one-shot Count beside ours
+        "bench": ["pipeline-dp==0.3.1"],
         # streaming jobs from Pub/Sub (pipelines.stream, the local emulator's demo)
         "pubsub": ["google-cloud-pubsub>=2.18,<3"],
         # Dataflow: GCP I/O for the runner and secrets from Google Secret Manager

@@ -43,6 +43,10 @@ def kinds():
             if not (name == "blt" and (noise == "discrete" or horizon > 48))]
 
 
+# the mechanisms whose discrete state is the input history (`HistoryState`, O(T))
+HISTORY = {"sqrt_toeplitz", "log_sqrt_toeplitz"}
+
+
 # ----- the formula against the real serialized state -------------------------------------------
 @pytest.mark.parametrize("name,noise,horizon", kinds())
 def test_state_size_formula_is_the_sealed_state_and_the_checkpoint_line(name, noise, horizon):
@@ -67,7 +71,7 @@ def test_state_size_formula_is_the_sealed_state_and_the_checkpoint_line(name, no
         assert len(line) == len(codec.dumps(("a", (b"", None)))) + 2 * len(sealed)
     assert transform.state_bytes_per_key == len(sealed) == state_bytes_per_key(
         name, horizon, noise)
-    if name == "sqrt_toeplitz" and noise == "discrete":
+    if name in HISTORY and noise == "discrete":
         assert len(sealed) == RELEASE_TAG_BYTES + 9 + 16 * horizon   # O(T)
     else:
         assert len(sealed) == MIN_STATE_BYTES_PER_KEY == 33          # O(1)
@@ -75,13 +79,13 @@ def test_state_size_formula_is_the_sealed_state_and_the_checkpoint_line(name, no
 
 def test_the_formula_needs_no_mechanism_and_matches_the_measured_size_at_8760():
     """140 KB per key at T = 8760 (the streaming benchmark's measurement) for the discrete
-    square root; 33 B for everything else, at every horizon."""
+    square root (and the horizon-free one); 33 B for everything else, at every horizon."""
     assert state_bytes_per_key("sqrt_toeplitz", 8760) == 140_185
     assert state_bytes_per_key("sqrt_toeplitz", 8760, "float") == 33
     for name in NAMES:
         for horizon in (1, 8760, 1 << 20):
-            if name != "sqrt_toeplitz":
-                assert state_bytes_per_key(name, horizon, "float") == 33
+            assert state_bytes_per_key(name, horizon, "float") == 33
+            if name not in HISTORY:
                 assert MECHANISMS[name].state_size(horizon, "discrete") == 17
     with pytest.raises(ValueError, match=r"^`name` must be one of 'binary_tree'"):
         state_bytes_per_key("magic", 10)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.support.beam_free import assert_runs_without_beam
-from transforms.mechanisms import NAMES, ConstantNoiseSource, CounterState, make
+from transforms.mechanisms import MECHANISMS, NAMES, ConstantNoiseSource, CounterState, make
 from transforms.mechanisms import base
 
 # every mechanism with each noise it supports (blt: float only; discrete sqrt: HistoryState)
@@ -17,8 +17,8 @@ CASES = [(name, noise) for name in NAMES for noise in ("discrete", "float")
 
 
 def build(name, noise, horizon, **kwargs):
-    privacy = {"rho": 0.5} if name == "sqrt_toeplitz" and noise == "discrete" \
-        else {"epsilon": 1.0}
+    privacy = {"rho": 0.5} if (name == "sqrt_toeplitz" and noise == "discrete") or \
+        not MECHANISMS[name].pure_dp else {"epsilon": 1.0}
     return make(name, horizon, noise=noise, **privacy, **kwargs)
 
 

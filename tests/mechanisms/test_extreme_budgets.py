@@ -29,7 +29,8 @@ GRID = tuple(10.0 ** e for e in range(-3, 7)) + (1e7,)
 KINDS = (("discrete", "epsilon"), ("float", "epsilon"), ("discrete", "rho"), ("float", "rho"))
 # refused by design at any budget (one-line errors at construction, tested below)
 BY_DESIGN = {("sqrt_toeplitz", "discrete", "epsilon"), ("blt", "discrete", "epsilon"),
-             ("blt", "discrete", "rho")}
+             ("blt", "discrete", "rho"), ("log_sqrt_toeplitz", "discrete", "epsilon"),
+             ("log_sqrt_toeplitz", "float", "epsilon")}
 CASES = [(name, noise, kind) for name in NAMES + ("auto",) for noise, kind in KINDS
          if (name, noise, kind) not in BY_DESIGN]
 X = np.array([3, 0, 1, 2, 0, 0, 5, 1, 1, 0, 2, 3, 0, 1, 4, 2], dtype=np.float64)
@@ -95,7 +96,8 @@ def test_every_budget_releases_finite_values_laws_and_intervals(name, noise, kin
 @pytest.mark.parametrize("name,noise,kind", sorted(BY_DESIGN))
 def test_combinations_refused_by_design_are_refused_at_construction(name, noise, kind):
     for budget in (1e-3, 1e7):
-        with pytest.raises(ValidationError, match=r"^`noise` must be 'float' for "):
+        with pytest.raises(ValidationError,
+                           match=r"^`(noise` must be 'float'|privacy` must be rho,.*) for "):
             make(name, T, **{kind: budget}, noise=noise, seed=1)
 
 

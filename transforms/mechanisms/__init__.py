@@ -18,10 +18,11 @@ from .blt import BufferedToeplitz
 from .toeplitz import InputPerturbation, NaiveComposition, SqrtToeplitz
 from .smooth import SmoothBinary
 from .trees import BinaryTree, KarySubtraction, KaryTree
+from .unbounded import LogSqrtToeplitz
 
 MECHANISMS = {cls.name: cls for cls in (BinaryTree, KaryTree, KarySubtraction, SmoothBinary,
                                          SqrtToeplitz, NaiveComposition, InputPerturbation,
-                                         BufferedToeplitz)}
+                                         BufferedToeplitz, LogSqrtToeplitz)}
 NAMES = tuple(MECHANISMS)
 
 # Parameters each mechanism accepts through make(**params), besides noise_source and stream.

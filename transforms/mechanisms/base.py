@@ -70,6 +70,8 @@ class ContinualMechanism(abc.ABC):
     accepts: ClassVar[Tuple[str, ...]] = ()
     # where `auto` lists it among its candidates (`choose.candidate_specs`), lowest first
     auto_rank: ClassVar[int] = 0
+    # whether it has a pure-DP (epsilon alone, Laplace) calibration
+    pure_dp: ClassVar[bool] = True
 
     @classmethod
     def candidates(cls, horizon: int, noise: str, pure_dp: bool) -> List[dict]:

@@ -172,6 +172,7 @@ class SqrtToeplitz(ToeplitzMechanism):
 
     name = "sqrt_toeplitz"
     auto_rank = 50
+    fixed_bits = FIXED_BITS  # R~ = round(2^b f) / 2^b (b <= 16: `exact_convolution`)
 
     @classmethod
     def candidates(cls, horizon, noise, pure_dp):
@@ -218,13 +219,13 @@ class SqrtToeplitz(ToeplitzMechanism):
 
     def fixed_coefficients(self) -> np.ndarray:
         if "fixed" not in self._cache:
-            self._cache["fixed"] = np.rint(self._f() * (1 << FIXED_BITS)).astype(np.int64)
+            self._cache["fixed"] = np.rint(self._f() * (1 << self.fixed_bits)).astype(np.int64)
         return self._cache["fixed"]
 
     def right_coefficients(self):
         if not self.discrete:
             return self._f()
-        return self.fixed_coefficients() / float(1 << FIXED_BITS)
+        return self.fixed_coefficients() / float(1 << self.fixed_bits)
 
     @property
     def integer_release(self) -> bool:
@@ -239,7 +240,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         """G: the grid is g = 2^-G (0 <= G <= 16)."""
         base = sensitivity.sensitivity(self, 2, self.max_contributions, self.interval_bound)
         target = self._rounding_term() / (ROUNDING_SHARE * base)   # want 2^G >= target
-        return int(min(FIXED_BITS, max(0, math.ceil(math.log2(target)))))
+        return int(min(self.fixed_bits, max(0, math.ceil(math.log2(target)))))
 
     @property
     def grid(self) -> float:
@@ -341,7 +342,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         if start + count > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", start + count)
         inputs = np.concatenate((np.array(state.inputs, dtype=np.int64), xs.astype(np.int64)))
-        shift = FIXED_BITS - self.grid_bits
+        shift = self.fixed_bits - self.grid_bits
         fixed = self.fixed_coefficients()
         if start + count > DIRECT_LIMIT and count > 1:
             products = exact_convolution(fixed, inputs,

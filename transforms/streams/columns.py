@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from .count import HORIZON_CAP, KEY_CAP, STEP_CAP
-from .records import canonical
+from .records import canonical, plain_id
 
 BUCKETS = 256  # shuffle groups of units: parallelism of the truncation, a bucket's memory
 _SAFE = float(2 ** 52)  # masses below it add exactly in float64, in any order
@@ -68,6 +68,7 @@ def bucket_of(unit) -> int:
     >>> bucket_of(300), bucket_of("user-1")
     (150, 54)
     """
+    unit = plain_id(unit)  # a str or int subclass hashes as the str or int it equals
     if type(unit) is int:
         return _finish(unit)
     data = (unit if type(unit) is str else repr(canonical(unit))).encode("utf-8")
@@ -80,13 +81,14 @@ def unit_buckets(column: pa.Array) -> Optional[np.ndarray]:
     kind = column.type
     if pa.types.is_int64(kind):
         return _finish_array(column.to_numpy(zero_copy_only=False).view(np.uint64))
-    if not pa.types.is_string(kind):
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return None
     count = len(column)
     if count == 0:
         return np.zeros(0, np.int64)
     _, offsets, data = column.buffers()
-    ends = np.frombuffer(offsets, np.int32)[column.offset:column.offset + count + 1]
+    width = np.int64 if pa.types.is_large_string(kind) else np.int32
+    ends = np.frombuffer(offsets, width)[column.offset:column.offset + count + 1]
     ends = ends.astype(np.int64)
     lengths = np.diff(ends)
     raw = np.zeros(0, np.uint64) if data is None else \
@@ -293,21 +295,23 @@ def as_column(ids: list) -> Any:
     kinds = set(map(type, ids))
     if kinds == {int} or kinds == {str}:
         try:
-            return pa.array(ids, pa.int64() if kinds == {int} else pa.string())
+            column = pa.array(ids, pa.int64() if kinds == {int} else pa.large_string())
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            pass
+            return ids
+        if isinstance(column, pa.Array):  # (not chunked)
+            return column
     return ids
 
 
 def normalised(column) -> Any:
-    """An Arrow id column as int64 or string (one type per kind, so parts concatenate), else
-    its Python values."""
+    """An Arrow id column as int64 or large_string (one type per kind, so parts concatenate
+    past 2 GiB of text), else its Python values."""
     kind = column.type
     try:
         if pa.types.is_integer(kind) and not pa.types.is_int64(kind):
             return column.cast(pa.int64())
-        if pa.types.is_large_string(kind):
-            return column.cast(pa.string())
+        if pa.types.is_string(kind):
+            return column.cast(pa.large_string())
     except (pa.ArrowInvalid, OverflowError):  # uint64 beyond int64: Python ints
         return column.to_pylist()
     return column

@@ -166,6 +166,27 @@ def is_id(candidate, _depth: int = 0) -> bool:
         -ID_INT_LIMIT < candidate < ID_INT_LIMIT
 
 
+def plain_id(candidate):
+    """An id (`is_id`) as its exact type: a str or int subclass (numpy's str_, an IntEnum) as
+    the str or int it equals, a tuple's parts too, so that one unit or key is one value
+    whatever type carried it (its hash bucket, its canonical order, its coder's bytes).
+
+    >>> import enum
+    >>> class Code(enum.IntEnum):
+    ...     A = 7
+    >>> plain_id((Code.A, "x")), type(plain_id(Code.A)).__name__
+    ((7, 'x'), 'int')
+    """
+    kind = type(candidate)
+    if kind is str or kind is int:
+        return candidate
+    if isinstance(candidate, str):
+        return str.__str__(candidate)  # an exact str copy of a subclass (CPython's unicode_str)
+    if isinstance(candidate, tuple):
+        return tuple(plain_id(part) for part in candidate)
+    return int.__int__(candidate)
+
+
 def shown(value, limit: int = 200) -> str:
     """A value's repr for a reason: at most `limit` characters, never raising (a repr that
     fails or recurses too deep shows the type)."""

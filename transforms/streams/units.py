@@ -28,7 +28,7 @@ from .count import KEY_CAP, ContributionBounds, UnitState, truncate_step
 from .entity import EntityCardinality
 from .graph import BoundViolation, EdgeDegreeContribution, TriangleCounter
 from .records import (ID_INT_LIMIT, OPS, Declaration, Reason, canonical, canonical_edge, is_id,
-                      is_text, not_id_reason, shown)
+                      is_text, not_id_reason, plain_id, shown)
 
 _LIMIT = float(EXACT_LIMIT)  # exact totals: integer sums below it are exact in float64
 
@@ -293,6 +293,7 @@ class CountProblem(Problem):
             return None, not_id_reason("unit id", unit)
         if not is_id(key):
             return None, not_id_reason("key", key)
+        unit, key = plain_id(unit), plain_id(key)  # one unit, one key, whatever carried it
         value = 1.0
         if self.with_value:
             value = element[2]
