@@ -2,7 +2,7 @@
 
     python3 -m pipelines.compare [--out docs/compare] [--max-exponent 24]
 
-Writes three PNGs and `comparison.md` (the tables behind them) into --out:
+Writes four PNGs and `comparison.md` (the tables behind them) into --out:
 1. `maxse_vs_horizon.png`: MaxSE against T = 2^4 .. 2^24 for every mechanism at the same
    budget (rho = 1/2 zCDP, S_{1,1}), next to the two do-it-yourself baselines: a private
    running total per window with the budget split over the T releases (naive composition,
@@ -15,6 +15,11 @@ Writes three PNGs and `comparison.md` (the tables behind them) into --out:
    theorem bounds at T = 2^50.
 3. `smooth_vs_binary.png`: the per-step standard deviation of the smooth binary mechanism
    (Andersson & Pagh 2023b: the same at every step) against the binary tree's (popcount(t) nodes).
+4. `no_horizon.png`: with no horizon, the per-step standard deviation against t = 1 .. 2^16 of
+   the horizon-free factorization (`log_sqrt_toeplitz`: smooth), the hybrid mechanism (Chan,
+   Shi and Song 2011) and the doubling trick (the square root for each block [2^b, 2^(b+1)),
+   budget rho_b = 6 rho / (pi^2 (b+1)^2), so that the blocks add up to rho; jumps at every
+   power of two), beside the square root for a horizon T = t known in advance.
 Every figure is computed, not sampled: the same command writes byte-identical files.
 """
 from __future__ import annotations
@@ -26,8 +31,9 @@ from typing import Dict, List
 
 import numpy as np
 
-from transforms.mechanisms import NAMES, make
+from transforms.mechanisms import MECHANISMS, NAMES, make
 from transforms.mechanisms.noise import ConstantNoiseSource
+from transforms.mechanisms.toeplitz import sqrt_coefficients
 from pipelines import logs
 
 BUDGET = {"rho": 0.5}
@@ -36,6 +42,7 @@ BASELINES = {"naive_composition": "per-window release, budget split over T (DIY)
 DISTINCT_HORIZON = 1 << 16
 DISTINCT_K = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 SMOOTH_HORIZON = 1 << 10
+NO_HORIZON = 1 << 16
 PNG_METADATA = {"Software": None}   # no version string: byte-identical across runs
 
 
@@ -46,9 +53,12 @@ def mechanism(name: str, horizon: int, contributions: int = 1, **params):
 
 
 def maxse_by_horizon(exponents) -> Dict[str, List[float]]:
-    """name -> MaxSE at T = 2^e (the mechanism's defaults; k-ary tree with k = 4)."""
+    """name -> MaxSE at T = 2^e (the mechanism's defaults; k-ary tree with k = 4), of the
+    mechanisms calibrated for a horizon (the horizon-free ones: `no_horizon_std`)."""
     table = {}
     for name in NAMES:
+        if MECHANISMS[name].horizon_free:
+            continue
         params = {"k": 4} if name == "kary_tree" else {}
         table[name] = [mechanism(name, 1 << e, **params).max_se() for e in exponents]
     return table
@@ -82,6 +92,33 @@ def count_distinct_relative(horizon: int = DISTINCT_HORIZON, ks=DISTINCT_K
 def per_step_std(horizon: int = SMOOTH_HORIZON) -> Dict[str, np.ndarray]:
     return {name: np.asarray(mechanism(name, horizon).noise_std())
             for name in ("binary_tree", "smooth_binary")}
+
+
+def no_horizon_std(horizon: int = NO_HORIZON) -> Dict[str, np.ndarray]:
+    """name -> std. dev. at steps t = 1..horizon at rho = 1/2: the horizon-free mechanisms,
+    the doubling trick, and the square root calibrated for T = t (its last step's)."""
+    out = {name: np.asarray(mechanism(name, horizon).noise_std())
+           for name in ("log_sqrt_toeplitz", "hybrid")}
+    # doubling: block b (t in [2^b, 2^(b+1))) runs the square root for its 2^b steps with
+    # rho_b = 6 rho / (pi^2 (b+1)^2); step t adds the completed blocks' last releases
+    doubling, done = np.zeros(horizon), 0.0
+    b = 0
+    while (1 << b) <= horizon:
+        size = 1 << b
+        share = 6.0 / (math.pi ** 2 * (b + 1) ** 2)
+        block = make("sqrt_toeplitz", size, rho=BUDGET["rho"] * share, noise="float",
+                     noise_source=ConstantNoiseSource(0.0))
+        variance = block.noise_variance()
+        lo, hi = size - 1, min(2 * size - 1, horizon)
+        doubling[lo:hi] = done + variance[:hi - lo]
+        done += float(variance[-1])
+        b += 1
+    out["doubling (sqrt_toeplitz per block)"] = np.sqrt(doubling)
+    f = np.cumsum(sqrt_coefficients(horizon) ** 2)
+    # the square root for T = t at its last step: node variance (its column norm^2 over
+    # 2 rho) times its last row's norm^2, both sum_{j<t} f_j^2
+    out["sqrt_toeplitz, T = t known"] = f / math.sqrt(2.0 * BUDGET["rho"])
+    return out
 
 
 def _figure():
@@ -141,7 +178,19 @@ def plot_smooth(stds, path):
             f"rho = 1/2", path)
 
 
-def markdown(table, exponents, relative, ks, stds) -> str:
+def plot_no_horizon(stds, path):
+    plt = _figure()
+    figure, axis = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for name, values in stds.items():
+        style = {"ls": "--", "lw": 1.2} if "known" in name else {"lw": 1.0}
+        axis.plot(np.arange(1, values.shape[0] + 1), values, label=name, **style)
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    _finish(plt, figure, axis, "step t", "per-step std. dev.",
+            "With no horizon, rho = 1/2 (zCDP), one contribution per unit", path)
+
+
+def markdown(table, exponents, relative, ks, stds, free=None) -> str:
     names = list(table)
     lines = ["### MaxSE by horizon (rho = 1/2, S_{1,1})", "",
              "| T | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -158,6 +207,17 @@ def markdown(table, exponents, relative, ks, stds) -> str:
     for name, values in stds.items():
         lines.append(f"| {name} | {values.min():.3f} | {values.max():.3f} | "
                      f"{values.max() / values.min():.2f} |")
+    if free is not None:
+        steps = [1 << e for e in range(0, int(math.log2(len(next(iter(free.values()))))) + 1,
+                                       2)]
+        lines += ["", "### Std. dev. at step t with no horizon (rho = 1/2, S_{1,1})", "",
+                  "| t | " + " | ".join(free) + " |", "|---|" + "---|" * len(free)]
+        for t in steps:
+            lines.append(f"| {t} | " + " | ".join(f"{free[n][t - 1]:.3f}" for n in free)
+                         + " |")
+        jumps = {n: float(np.max(v[1:] / v[:-1])) for n, v in free.items()}
+        lines += ["", "Largest ratio of consecutive steps' std. dev.: " + ", ".join(
+            f"{n} {j:.3f}" for n, j in jumps.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -178,13 +238,15 @@ def main(argv=None) -> int:
     table = maxse_by_horizon(exponents)
     relative = count_distinct_relative(horizon, ks)
     stds = per_step_std()
+    free = no_horizon_std()
     os.makedirs(args.out, exist_ok=True)
     plot_horizon(table, exponents, os.path.join(args.out, "maxse_vs_horizon.png"))
     plot_distinct(relative, ks, horizon, os.path.join(args.out, "count_distinct_vs_k.png"))
     plot_smooth(stds, os.path.join(args.out, "smooth_vs_binary.png"))
+    plot_no_horizon(free, os.path.join(args.out, "no_horizon.png"))
     with open(os.path.join(args.out, "comparison.md"), "w", encoding="utf-8") as handle:
-        handle.write(markdown(table, exponents, relative, ks, stds))
-    print(f"wrote 3 charts and comparison.md to {args.out}")
+        handle.write(markdown(table, exponents, relative, ks, stds, free))
+    print(f"wrote 4 charts and comparison.md to {args.out}")
     return 0
 
 

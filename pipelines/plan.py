@@ -50,7 +50,8 @@ import argparse
 import json
 import sys
 
-from pipelines.planning import (MeanPlan, UsageError, mean_json, mean_text, plan_of,
+from pipelines import plan_unbounded
+from pipelines.planning import (MeanPlan, UsageError, mean_json, mean_text, plan_of, privacy_from,
                                 stream_json, stream_text)
 from transforms import validation as check
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, METRICS,
@@ -168,6 +169,11 @@ def parser() -> argparse.ArgumentParser:
                    help="with --selection-delta: a key's running total per step (value units); "
                         "prints the step by which it is selected with probability >= 1/2 "
                         "(repeat; default: four rates from the threshold)")
+    p.add_argument("--unbounded", action="store_true",
+                   help="a release with no horizon: with --at, the horizon-free mechanism's "
+                        "stddev at those steps beside the best for a horizon known in advance")
+    p.add_argument("--at", help="with --unbounded: the steps t, comma-separated "
+                                "(e.g. 24,168,8760)")
     p.add_argument("--top", type=_positive_int("top"),
                    help="print only the N best rows (default: all)")
     p.add_argument("--json", action="store_true",
@@ -197,6 +203,18 @@ def main(argv=None) -> int:
             planned = plan_config.plan_config(args, parser().parse_args)
             text = (json.dumps(plan_config.config_json(planned), indent=2) if args.json
                     else plan_config.config_text(planned))
+        elif args.unbounded or args.at is not None:
+            if not (args.unbounded and args.at is not None):
+                raise UsageError("`unbounded` must come with --at (and --at with --unbounded); "
+                                 f"got {'--unbounded' if args.unbounded else '--at'} alone.")
+            if args.mean_max_value is not None or args.selection_delta is not None:
+                raise UsageError("`unbounded` must be left out with --mean-max-value or "
+                                 "--selection-delta (a count or sum only, for now); got both.")
+            steps = plan_unbounded.steps_at(args.at)
+            privacy = privacy_from(args)
+            rows = plan_unbounded.unbounded_plan(args, privacy, steps)
+            text = (json.dumps({"unbounded": rows}, indent=2) if args.json
+                    else plan_unbounded.unbounded_text(rows, privacy))
         else:
             plan = plan_of(args)
             if isinstance(plan, MeanPlan):

@@ -40,7 +40,8 @@ def kinds():
     optimisation costs seconds at T = 300)."""
     return [(name, noise, horizon) for name in NAMES for noise in ("discrete", "float")
             for horizon in (1, 48, 300)
-            if not (name == "blt" and (noise == "discrete" or horizon > 48))]
+            if not (name == "blt" and (noise == "discrete" or horizon > 48))
+            and not (name == "hybrid" and noise == "discrete")]
 
 
 # the mechanisms whose discrete state is the input history (`HistoryState`, O(T))

@@ -30,7 +30,8 @@ KINDS = (("discrete", "epsilon"), ("float", "epsilon"), ("discrete", "rho"), ("f
 # refused by design at any budget (one-line errors at construction, tested below)
 BY_DESIGN = {("sqrt_toeplitz", "discrete", "epsilon"), ("blt", "discrete", "epsilon"),
              ("blt", "discrete", "rho"), ("log_sqrt_toeplitz", "discrete", "epsilon"),
-             ("log_sqrt_toeplitz", "float", "epsilon")}
+             ("log_sqrt_toeplitz", "float", "epsilon"), ("hybrid", "discrete", "epsilon"),
+             ("hybrid", "discrete", "rho"), ("hybrid", "float", "epsilon")}
 CASES = [(name, noise, kind) for name in NAMES + ("auto",) for noise, kind in KINDS
          if (name, noise, kind) not in BY_DESIGN]
 X = np.array([3, 0, 1, 2, 0, 0, 5, 1, 1, 0, 2, 3, 0, 1, 4, 2], dtype=np.float64)

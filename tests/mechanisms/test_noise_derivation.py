@@ -47,10 +47,10 @@ GOLDEN = {
     ('v4/input_perturbation/1', 'epsilon'): '0340458668394486',
     ('v4/input_perturbation/1', 'rho'): 'b88fb2a9f6b1dc15',
     # the horizon-free factorization (pinned when introduced)
-    ('v3/log_sqrt_toeplitz/1', 'rho'): 'a30b4a85e240c128',
-    ('v4/log_sqrt_toeplitz/1', 'rho'): '8548c910c2ad9e15',
+    ('v3/log_sqrt_toeplitz/1', 'rho'): 'a8702a48bf734d03',
+    ('v4/log_sqrt_toeplitz/1', 'rho'): 'd4babe882937d94d',
 }
-CASES = [(name, kind) for name in NAMES if name != "blt"  # blt: float noise only
+CASES = [(name, kind) for name in NAMES if name not in ("blt", "hybrid")  # float noise only
          for kind in ("epsilon", "rho") if not (kind == "epsilon" and (
              name == "sqrt_toeplitz" or not MECHANISMS[name].pure_dp))]
 

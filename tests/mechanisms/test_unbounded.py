@@ -91,7 +91,8 @@ def test_discrete_noise_is_exact_and_calibrated():
 def test_the_bounds_hold_on_long_prefixes():
     """For several parameter sets: r is positive and non-increasing, L's coefficients are
     positive (Kaluza), and the tail bound exceeds the sum it bounds over 2^20 .. 2^23 (and
-    the fixed-point coefficients' 4x bound theirs)."""
+    the fixed-point coefficients' 4x bound theirs); the fixed-point bound is exact when R~
+    ends before 2^22."""
     for c, s, g in ((4.0, 64.0, 0.9), (1.0, 1.0, 0.55), (8.0, 1000.0, 2.0)):
         r = log_sqrt_coefficients(1 << 23, c, s, g)
         assert np.all(r > 0) and np.all(np.diff(r) <= 0)
@@ -100,7 +101,16 @@ def test_the_bounds_hold_on_long_prefixes():
         assert tail_bound(1 << 20, c, s, g) >= float(np.sum(r[1 << 20:] ** 2))
         fixed = np.rint(r * 4096) / 4096
         assert 4 * tail_bound(1 << 20, c, s, g) >= float(np.sum(fixed[1 << 20:] ** 2))
-    assert squared_norm_bound(4.0, 64.0, 0.9, 12) > squared_norm_bound(4.0, 64.0, 0.9)
+    # 12 bits: R~ is 0 from 2^22 on (2^12 r_j <= 1/2 there), so its bound is its exact sum
+    r = log_sqrt_coefficients(1 << 23, 4.0, 64.0, 0.9)
+    fixed = np.rint(r * 4096) / 4096
+    assert not fixed[1 << 22:].any()
+    assert squared_norm_bound(4.0, 64.0, 0.9, 12) == pytest.approx(float(np.sum(fixed ** 2)),
+                                                                    rel=1e-12)
+    # 16 bits: not 0 there, so the 4x tail bound is added (and bounds the real tail)
+    fixed16 = np.rint(r * 65536) / 65536
+    assert fixed16[1 << 22] > 0
+    assert squared_norm_bound(4.0, 64.0, 0.9, 16) >= float(np.sum(fixed16 ** 2))
 
 
 def test_variance_against_the_square_root_for_a_known_horizon():
@@ -149,3 +159,21 @@ def test_claimed_sensitivity_never_below_brute_force(noise):
                     assert claimed.fixed_bits == mechanism.fixed_bits
                     scale = claimed.grid
                 assert claimed.sensitivity * scale >= truth[k] - 1e-9, (horizon, d, k)
+
+
+def test_budgets_near_the_samplers_limit_still_release():
+    """`fixed_bits` keeps the noise within both the table and the sampler's own limit: the
+    budgets whose 12-bit noise the sampler would refuse take 11 bits instead (found by a
+    review: 6.2e-4 .. 6.9e-4 raised NoiseTooLarge at release)."""
+    for rho in (6.0e-4, 6.2e-4, 6.5e-4, 6.9e-4, 7.0e-4):
+        mechanism = make("log_sqrt_toeplitz", 16, rho=rho, seed=1)
+        assert np.all(np.isfinite(mechanism.release(np.ones(16)))), rho
+
+
+def test_every_horizon_to_2_20_reads_the_same_left_factor():
+    """L is computed at one length for every horizon up to 2^20, so a step's weights, and so
+    its output step by step, do not depend on the horizon (past 2^16 too)."""
+    short = make("log_sqrt_toeplitz", 100, rho=0.5, seed=1, noise="float")
+    long = make("log_sqrt_toeplitz", 70000, rho=0.5, seed=1, noise="float")
+    assert np.array_equal(short.left_coefficients(), long.left_coefficients()[:100])
+    assert short.left_coefficients()[0] == 1.0

@@ -6,13 +6,14 @@ import filecmp
 import math
 import os
 
+import numpy as np
 import pytest
 
 from pipelines import compare
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FILES = ("maxse_vs_horizon.png", "count_distinct_vs_k.png", "smooth_vs_binary.png",
-         "comparison.md")
+         "no_horizon.png", "comparison.md")
 
 
 def test_small_comparison_is_byte_identical_on_a_second_run(tmp_path):
@@ -50,3 +51,23 @@ def test_committed_figures_are_what_the_command_writes(tmp_path):
     for name in FILES:
         assert filecmp.cmp(tmp_path / name, os.path.join(ROOT, "docs", "compare", name),
                            shallow=False), f"docs/compare/{name} is stale"
+
+
+def test_no_horizon_curves_have_their_closed_forms():
+    """The hybrid's std. dev. is sqrt(2 (b + (b+1)^2 popcount(m))) at rho = 1/2 (node std =
+    its sensitivity sqrt(2)); the square root for T = t is sum_{j<t} f_j^2; the horizon-free
+    factorization is smooth (consecutive std. devs. within 1 % from t = 16) while the doubling
+    trick jumps where each block starts; none beats knowing the horizon."""
+    from transforms.mechanisms.hybrid import hybrid_terms
+    from transforms.mechanisms.toeplitz import sqrt_coefficients
+    free = compare.no_horizon_std(1 << 10)
+    np.testing.assert_allclose(free["hybrid"], np.sqrt(2.0 * hybrid_terms(1 << 10)), rtol=1e-12)
+    known = free["sqrt_toeplitz, T = t known"]
+    np.testing.assert_allclose(known, np.cumsum(sqrt_coefficients(1 << 10) ** 2), rtol=1e-12)
+    smooth = free["log_sqrt_toeplitz"]
+    assert float(np.max(smooth[16:] / smooth[15:-1])) < 1.01
+    doubling = free["doubling (sqrt_toeplitz per block)"]
+    starts = [(1 << b) - 1 for b in range(1, 11)]
+    assert all(doubling[s] / doubling[s - 1] > 1.05 for s in starts)
+    for values in (smooth, free["hybrid"], doubling):
+        assert np.all(values >= known * (1 - 1e-12))

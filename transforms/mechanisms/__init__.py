@@ -19,10 +19,11 @@ from .toeplitz import InputPerturbation, NaiveComposition, SqrtToeplitz
 from .smooth import SmoothBinary
 from .trees import BinaryTree, KarySubtraction, KaryTree
 from .unbounded import LogSqrtToeplitz
+from .hybrid import Hybrid
 
 MECHANISMS = {cls.name: cls for cls in (BinaryTree, KaryTree, KarySubtraction, SmoothBinary,
                                          SqrtToeplitz, NaiveComposition, InputPerturbation,
-                                         BufferedToeplitz, LogSqrtToeplitz)}
+                                         BufferedToeplitz, LogSqrtToeplitz, Hybrid)}
 NAMES = tuple(MECHANISMS)
 
 # Parameters each mechanism accepts through make(**params), besides noise_source and stream.

@@ -72,6 +72,8 @@ class ContinualMechanism(abc.ABC):
     auto_rank: ClassVar[int] = 0
     # whether it has a pure-DP (epsilon alone, Laplace) calibration
     pure_dp: ClassVar[bool] = True
+    # whether its first t outputs and their calibration are the same for every horizon
+    horizon_free: ClassVar[bool] = False
 
     @classmethod
     def candidates(cls, horizon: int, noise: str, pure_dp: bool) -> List[dict]:
@@ -414,11 +416,12 @@ class ContinualMechanism(abc.ABC):
         if not isinstance(state, CounterState):
             check.fail("state", "a CounterState", state)
         xs = np.asarray(values, dtype=np.float64).reshape(-1)
+        # (the refusals show no finite value: the values are private data)
         if not np.all(np.isfinite(xs)):
-            check.fail("values", "finite numbers", values)
+            check.fail("values", "finite numbers", xs[~np.isfinite(xs)][:3].tolist())
         if self.discrete and not np.all(xs == np.round(xs)):
             check.fail("values", "integers with discrete noise (use a value grid, or "
-                                 "noise='float')", values)
+                                 "noise='float')", "non-integers")
         if state.steps + xs.shape[0] > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})",
                        state.steps + xs.shape[0])
@@ -487,7 +490,7 @@ class ContinualMechanism(abc.ABC):
         discrete, scale = plan
         if discrete and not x.is_integer():
             check.fail("values", "integers with discrete noise (use a value grid, or "
-                                 "noise='float')", [value])
+                                 "noise='float')", "non-integers")
         if steps + 1 > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", steps + 1)
         total = running_total + x

@@ -65,6 +65,9 @@ def increment_weights(mechanism) -> Tuple[str, object]:
 
 def increment_variance(mechanism) -> np.ndarray:
     """Var(release_t - release_{t-1}) for t = 0..T-1: node variance x ||L_t - L_{t-1}||^2."""
+    own = getattr(mechanism, "increment_squares", None)  # a mechanism's own closed form
+    if own is not None:
+        return mechanism.node_variance * own()
     kind, rows = increment_weights(mechanism)
     if kind == "coefficients":
         squares = np.cumsum(rows ** 2)
@@ -81,6 +84,11 @@ def increment_half_width(mechanism, level: float) -> np.ndarray:
     cache = mechanism._cache.setdefault("increment_half_width", {})
     if level not in cache:
         node, factor = mechanism._noise_node()
+        if getattr(mechanism, "increment_squares", None) is not None:
+            # (the hybrid: Gaussian float noise only, so the sum of its nodes is Gaussian)
+            cache[level] = tails.gaussian_quantile(1.0 - level) * np.sqrt(
+                increment_variance(mechanism))
+            return cache[level].copy()
         kind, rows = increment_weights(mechanism)
         if kind == "coefficients":
             half = factor * tails.step_quantiles(node, 1.0 - level, coefficients=rows)

@@ -201,7 +201,10 @@ def joint_sensitivity(mechanism, p: int, mass: float, keys: int) -> float:
     concatenation of the linear part and the rounding part).
     """
     linear = mass * mechanism.column_norm(p)
-    if getattr(mechanism, "name", None) == "sqrt_toeplitz" and mechanism.discrete:
+    if mechanism.discrete and isinstance(getattr(mechanism, "grid_bits", None), int):
+        # y on a grid (the square roots): the linear part in grid units, plus the rounding
+        # (none when R~ x / g is an integer: the horizon-free one)
         touched = max(1, min(keys, int(math.floor(mass))))
-        return linear * 2.0 ** mechanism.grid_bits + math.sqrt(touched * mechanism.horizon)
+        rounding = math.sqrt(touched * mechanism.horizon) if mechanism._rounding_term() else 0.0
+        return linear * 2.0 ** mechanism.grid_bits + rounding
     return linear

@@ -195,12 +195,12 @@ class SqrtToeplitz(ToeplitzMechanism):
             check.fail("noise", "'float' for sqrt_toeplitz under pure DP (its discrete release "
                                 "is calibrated for rho or epsilon + delta)", self.noise)
         if self.discrete and self.horizon > 1 << 20:
-            check.fail("horizon", "<= 2^20 for the discrete sqrt_toeplitz", self.horizon)
+            check.fail("horizon", f"<= 2^20 for the discrete {self.name}", self.horizon)
         if self.discrete:  # its sampling table must hold the noise (else fail now, not later)
             from .discrete import MAX_TABLE
             sigma = self.sensitivity / math.sqrt(2.0 * self.budget.rho)
             if sigma * 4.9 > MAX_TABLE:
-                check.fail("rho", f"large enough for the discrete sqrt_toeplitz at horizon "
+                check.fail("rho", f"large enough for the discrete {self.name} at horizon "
                                   f"{self.horizon} (its noise of {sigma:.3g} grid units exceeds "
                                   f"the sampling table; use a tree or noise='float')",
                            self.budget.rho)
@@ -329,10 +329,10 @@ class SqrtToeplitz(ToeplitzMechanism):
         if not isinstance(state, HistoryState):
             check.fail("state", "a HistoryState", state)
         xs = np.asarray(values, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(xs)):
-            check.fail("values", "finite numbers", values)
+        if not np.all(np.isfinite(xs)):  # (showing no finite value: private data)
+            check.fail("values", "finite numbers", xs[~np.isfinite(xs)][:3].tolist())
         if not np.all(xs == np.round(xs)):
-            check.fail("values", "integers for the discrete sqrt_toeplitz", "non-integers")
+            check.fail("values", f"integers for the discrete {self.name}", "non-integers")
         history = np.abs(np.array(state.inputs, dtype=np.float64))
         if float(np.sum(np.abs(xs))) + float(np.sum(history)) >= MAX_TOTAL_CHANGE:
             # fail closed, without the values in the message (they are private)

@@ -20,8 +20,10 @@ coefficients keeps every bound in closed form:
 - r is log-convex (f is; ln w_j is a convex function of j), so by Kaluza's theorem the
   coefficients of 1 / R(z) beyond the first are non-positive and L's are positive.
 Hence the noise a step's output carries, its variance and its interval are those of every
-longer release: `horizon` is only how many steps this object computes (it may grow between
-runs of one release). The variance at step t grows like (ln t)^(2g + 1), against (ln T)^2 for
+longer release: `horizon` is only how many steps this object computes. The outputs are the same
+bits for every horizon up to 2^15 steps (L read at one canonical length, per-step dot products);
+beyond, a batch goes through FFTs whose rounding depends on the length: the same node noise and
+(discrete) the same integer vector y, post-processed to within about 1e-10. The variance at step t grows like (ln t)^(2g + 1), against (ln T)^2 for
 the square root factorization calibrated for a known horizon T.
 
 zCDP only: R's l1 column norm (sum r_j) diverges, so there is no pure-DP calibration. Discrete
@@ -37,7 +39,7 @@ import math
 import numpy as np
 
 from transforms import validation as check
-from .discrete import MAX_TABLE
+from .discrete import DISCRETE_GAUSSIAN, MAX_PARAMETER, MAX_TABLE
 from .privacy import GAUSSIAN
 from .toeplitz import DIRECT_LIMIT, SqrtToeplitz, series_inverse, sqrt_coefficients
 
@@ -71,17 +73,23 @@ def tail_bound(start: int, c: float, s: float, g: float) -> float:
 @functools.lru_cache(maxsize=32)
 def squared_norm_bound(c: float, s: float, g: float, bits: int = 0) -> float:
     """An upper bound on sum_{j >= 0} r_j^2 (`bits` b > 0: of R~'s coefficients
-    round(2^b r_j) / 2^b, which are <= 2 r_j wherever they are not 0, so 4 times r's tail
-    bounds theirs)."""
-    r = log_sqrt_coefficients(PREFIX, c, s, g)
-    if bits:
-        r = np.rint(r * (1 << bits)) / float(1 << bits)
-    return float(np.sum(r ** 2)) + (4.0 if bits else 1.0) * tail_bound(PREFIX, c, s, g)
+    round(2^b r_j) / 2^b: exactly their sum when they are all 0 from PREFIX on, i.e. when
+    2^b r_PREFIX <= 1/2; else 4 times r's tail bounds theirs, as they are <= 2 r_j wherever
+    they are not 0)."""
+    r = log_sqrt_coefficients(PREFIX + 1, c, s, g)
+    if not bits:
+        return float(np.sum(r[:PREFIX] ** 2)) + tail_bound(PREFIX, c, s, g)
+    head = np.rint(r[:PREFIX] * (1 << bits)) / float(1 << bits)
+    if r[PREFIX] * (1 << bits) <= 0.5:  # r is non-increasing: R~ is 0 from PREFIX on
+        return float(np.sum(head ** 2))
+    return float(np.sum(head ** 2)) + 4.0 * tail_bound(PREFIX, c, s, g)
 
 
 def canonical_length(horizon: int) -> int:
-    """The length the left factor is computed at: 2^16, or the next power of two."""
-    return max(1 << 16, 1 << (horizon - 1).bit_length())
+    """The length the left factor is computed at: 2^20 (the discrete release's limit), or the
+    next power of two beyond it (float noise), so that every horizon up to 2^20 reads the very
+    same coefficients."""
+    return max(1 << 20, 1 << (horizon - 1).bit_length())
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,6 +120,7 @@ class LogSqrtToeplitz(SqrtToeplitz):
     accepts = ("c", "s", "g")
     auto_rank = 90
     pure_dp = False
+    horizon_free = True
     MAX_BITS = 12  # R~'s coefficients stay positive up to t ~ 2e6 (past 2^20 steps) at 12
 
     @classmethod
@@ -152,7 +161,9 @@ class LogSqrtToeplitz(SqrtToeplitz):
             while bits > 1:
                 column = math.sqrt(squared_norm_bound(self.c, self.s, self.g, bits))
                 sigma = factor * column * 2.0 ** bits / math.sqrt(2.0 * self.budget.rho)
-                if sigma * 4.9 <= MAX_TABLE:
+                # the table's reach and the sampler's own limit (with the sampler's margin)
+                if sigma * 4.9 <= MAX_TABLE and sigma ** 2 * (1.0 + 2.0 ** -30) <= \
+                        MAX_PARAMETER[DISCRETE_GAUSSIAN]:
                     break
                 bits -= 1
             self._cache["fixed_bits"] = bits
