@@ -165,7 +165,7 @@ def test_budgets_near_the_samplers_limit_still_release():
     """`fixed_bits` keeps the noise within both the table and the sampler's own limit: the
     budgets whose 12-bit noise the sampler would refuse take 11 bits instead (found by a
     review: 6.2e-4 .. 6.9e-4 raised NoiseTooLarge at release)."""
-    for rho in (6.0e-4, 6.2e-4, 6.5e-4, 6.9e-4, 7.0e-4):
+    for rho in (6.2e-4, 6.9e-4):
         mechanism = make("log_sqrt_toeplitz", 16, rho=rho, seed=1)
         assert np.all(np.isfinite(mechanism.release(np.ones(16)))), rho
 

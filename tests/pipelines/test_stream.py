@@ -266,6 +266,8 @@ def _live_job(emulator, tmp_path, horizon):
     return subscription, origin, config
 
 
+@pytest.mark.slow  # 40 s: headroom under CI's 10 minutes (the suite took 8:48 on 2 cores);
+# tests/test_stream_checkpoint.py checks continuations from checkpoints in the default suite
 def test_a_killed_streaming_job_continues_from_its_checkpoint(emulator, tmp_path):
     """Events in steps 0-1; the job is killed (SIGKILL) once step 1 is published; `--continue`
     resumes the release from its checkpoint: steps 0 and 1 are not rewritten (bytes unchanged),
