@@ -8,11 +8,11 @@ known in advance (the plan's recommendation at T = t), and their ratio.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import types
 
-from pipelines.planning import UsageError, key_mechanism, plan_stream, with_defaults
+from pipelines.planning import (UsageError, key_mechanism, plan_stream, with_changes,
+                                with_defaults)
 from transforms.calibration import JOINT, SPLIT
 from transforms.mechanisms import MECHANISMS, PrivacyBudget, make
 from transforms.mechanisms.choose import state_bytes_per_key
@@ -20,10 +20,6 @@ from transforms.mechanisms.privacy import LAPLACE
 
 UNBOUNDED = "log_sqrt_toeplitz"
 
-
-def _with(args, **changes) -> argparse.Namespace:
-    """A copy of the parsed options with `changes`."""
-    return argparse.Namespace(**{**vars(args), **changes})
 MAX_STEP = 1 << 20  # the discrete release's limit (`SqrtToeplitz`)
 
 
@@ -52,7 +48,7 @@ def unbounded_plan(args, privacy: dict, steps: list) -> list:
     scale = args.value_resolution or 1.0
     # one mechanism for the largest step: the horizon-free one's first t steps are the same
     # for every horizon (its variance too), so one build serves every t
-    longest = _with(args, horizon=steps[-1])
+    longest = with_changes(args, horizon=steps[-1])
     if longest.interval_bound is None:
         longest.interval_bound = longest.max_contributions
     probe = make(UNBOUNDED, steps[-1], **privacy, max_contributions=longest.max_contributions,
@@ -63,7 +59,7 @@ def unbounded_plan(args, privacy: dict, steps: list) -> list:
     variance = key_mechanism(longest, privacy, row).noise_variance()
     out = []
     for t in steps:
-        known = plan_stream(_with(args, horizon=t, interval_bound=args.interval_bound),
+        known = plan_stream(with_changes(args, horizon=t, interval_bound=args.interval_bound),
                             privacy).best
         stddev = math.sqrt(float(variance[t - 1])) * scale
         out.append({"step": t, "stddev": stddev,

@@ -142,16 +142,16 @@ def mean_parts(args, privacy: dict) -> dict:
         raise UsageError(f"`max-state-bytes-per-key` must be >= {2 * MIN_STATE_BYTES_PER_KEY} "
                           f"for a mean (a key holds one state per part); got "
                           f"{args.max_state_bytes_per_key}.")
-    parts = {"sum": (_with(args, max_contributions=mass, interval_bound=mass,
+    parts = {"sum": (with_changes(args, max_contributions=mass, interval_bound=mass,
                            max_state_bytes_per_key=state), part_kwargs(budgets["sum"])),
-             "count": (_with(args, interval_bound=k, max_state_bytes_per_key=state),
+             "count": (with_changes(args, interval_bound=k, max_state_bytes_per_key=state),
                        part_kwargs(budgets["count"]))}
     return {"parts": parts, "sum_share": share, "grid": grid,
             "split": "configured (--sum-share)" if args.sum_share is not None else
             f"{split.formula} at m = {split.reference_mean:g} (the worst case)"}
 
 
-def _with(args, **changes):
+def with_changes(args, **changes):
     copy = argparse.Namespace(**vars(args))
     for name, value in changes.items():
         setattr(copy, name, value)

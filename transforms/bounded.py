@@ -39,7 +39,7 @@ from transforms.messages import (DEAD_LETTER, METRICS, END_OF_GLOBAL, GLOBAL_WIN
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.streams.records import Reason
 from transforms.columnar import by_bucket
-from transforms.streams.columns import Codes, run_starts, exact_enough, truncate_columns
+from transforms.streams.columns import Codes, exact_enough, sum_cells, truncate_columns
 from transforms.streams.count import UnitState
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
@@ -249,14 +249,10 @@ class TruncateBucketsFn(TruncateUnitsFn):
 
     def finish_bundle(self):
         if self._cells:  # (key, step) sums over the bundle's buckets, into KeySums
-            ck, cs, cv = (np.concatenate(part) for part in zip(*self._cells))
-            order = np.lexsort((cs, ck))
-            ck, cs, cv = ck[order], cs[order], cv[order]
-            cells = run_starts(ck, cs)
-            values = np.add.reduceat(cv, cells) if len(cells) else cv
+            keys, steps, values = sum_cells(*(np.concatenate(part)
+                                              for part in zip(*self._cells)))
             key_ids, sums = self._keys.ids, self._sums
-            for code, step, value in zip(ck[cells].tolist(), cs[cells].tolist(),
-                                         values.tolist()):
+            for code, step, value in zip(keys.tolist(), steps.tolist(), values.tolist()):
                 acc = sums.get(key_ids[code])
                 if acc is None:
                     acc = sums[key_ids[code]] = KeySums.new()

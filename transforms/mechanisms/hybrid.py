@@ -48,8 +48,7 @@ def block_and_prefix(t: np.ndarray):
 def hybrid_terms(horizon: int) -> np.ndarray:
     """Per step t = 1..T: sum of L[t, i]^2 (b + (b + 1)^2 popcount(m)), the closed form."""
     b, m = block_and_prefix(np.arange(1, horizon + 1))
-    popcount = np.array([bin(int(v)).count("1") for v in m], dtype=np.int64)
-    return (b + (b + 1) ** 2 * popcount).astype(np.float64)
+    return (b + (b + 1) ** 2 * np.bitwise_count(m).astype(np.int64)).astype(np.float64)
 
 
 class Hybrid(ContinualMechanism):
@@ -108,7 +107,7 @@ class Hybrid(ContinualMechanism):
         last block's sum (1) replaces its root (weight b) and the new leaf comes in (b + 1):
         1 + b^2 + (b + 1)^2; at t = 1, 1."""
         b, m = block_and_prefix(np.arange(1, self.horizon + 1))
-        trailing = np.array([(int(v) & -int(v)).bit_length() - 1 for v in m], dtype=np.int64)
+        trailing = np.bitwise_count((m & -m) - 1).astype(np.int64)  # trailing zeros of m
         squares = ((trailing + 1) * (b + 1) ** 2).astype(np.float64)
         first = (m == 1) & (b >= 1)
         squares[first] = (1 + b[first] ** 2 + (b[first] + 1) ** 2).astype(np.float64)

@@ -210,12 +210,18 @@ def truncate_columns(limits: tuple, units: np.ndarray, unit_count: int, keys: np
     used[group_units[first_groups]] = used_after[last_groups]
     # contributions per (key, step): signed takes of the events that took mass
     signed = np.where(sign > 0, take, -take)[took].astype(np.int64)
-    ck, cs = k[took], s[took]
-    cell_order = np.lexsort((cs, ck))
-    ck, cs, signed = ck[cell_order], cs[cell_order], signed[cell_order]
-    cells = run_starts(ck, cs)
-    values_out = np.add.reduceat(signed, cells) if len(cells) else np.zeros(0, np.int64)
-    return Truncated(ck[cells], cs[cells], values_out, used, by_unit, dropped)
+    cell_keys, cell_steps, cell_values = sum_cells(k[took], s[took], signed)
+    return Truncated(cell_keys, cell_steps, cell_values, used, by_unit, dropped)
+
+
+def sum_cells(keys: np.ndarray, steps: np.ndarray, values: np.ndarray):
+    """(key, step, int64 value) triples -> one per distinct (key, step), values summed, in
+    (key, step) order."""
+    order = np.lexsort((steps, keys))
+    keys, steps, values = keys[order], steps[order], values[order]
+    cells = run_starts(keys, steps)
+    summed = np.add.reduceat(values, cells) if len(cells) else np.zeros(0, np.int64)
+    return keys[cells], steps[cells], summed
 
 
 class Codes:
