@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines import config as job_config
+from pipelines import text_cells
 from transforms import registry
 from transforms.arrow_input import (UNITS_PER_SECOND, EventBatch, Unreadable, beam_micros,
                                     cell_text, flat_roles, id_mask, named_column, number_mask)
@@ -31,6 +32,8 @@ def fast_column(kind: str, column, timestamp_format: str):
     string = pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)
     if kind in ("id", "int") and integer or kind in ("id", "str") and string:
         return id_mask(column), column  # ints / non-empty strings, not null
+    if string:  # numbers and times as text (CSV; JSON lines' ISO times): parse_cell's reading
+        return text_cells.text_column(kind, column, timestamp_format)
     if kind == "float" and (integer or pa.types.is_floating(kind_of)):
         mask = number_mask(column)
         if mask is None:

@@ -25,7 +25,7 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import config as job_config
-from pipelines.csv_input import ParseCsvFile
+from pipelines.csv_input import CsvFileToBatches, ParseCsvFile
 from transforms import registry
 from transforms.sinks import WriteRecordsToCsv, WriteRecordsToJsonLines, WriteRecordsToParquet
 from transforms.messages import DEAD_LETTER, GLOBAL_WINDOWS, dead_letter, dead_letter_record
@@ -184,19 +184,29 @@ def row_unit(job: job_config.JobConfig, row):
 
 
 def read_elements(pipeline, job: job_config.JobConfig):
-    """-> (elements with event times, [dead-letter PCollections]). Parquet and JSON lines give
-    `EventBatch`es instead (`read_parquet_batches`, `read_jsonl_batches`: Arrow tables, no Beam
-    element per row), which every transform takes in place of elements, with the same
-    result."""
+    """-> (`EventBatch`es, [dead-letter PCollections]): Arrow tables, no Beam element per row
+    (`read_parquet_batches`, `read_jsonl_batches`, `read_csv_batches`), which every transform
+    takes in place of timestamped elements, with the same result as `read_rows` | `ToElement`
+    (one element per row; tested)."""
     check_bounded_options((), job)
     if job.input.format == "parquet":
         return read_parquet_batches(pipeline, job)
     if job.input.format == "jsonl":
         return read_jsonl_batches(pipeline, job)
-    rows, dead = read_rows(pipeline, job)
-    elements = rows | "ToElements" >> beam.ParDo(ToElement(job)).with_outputs(
-        DEAD_LETTER, main="elements")
-    return elements.elements, dead + [elements[DEAD_LETTER]]
+    return read_csv_batches(pipeline, job)
+
+
+def read_csv_batches(pipeline, job: job_config.JobConfig):
+    """CSV -> (EventBatches, [dead letters]): what `read_rows` | `ToElement` give, without a
+    Beam element per row (a file is read by one worker from its start; files in parallel)."""
+    path, folder = job.input.path, job.input.config_folder
+    files = pipeline | "CsvFiles" >> beam.Create(input_files(path, folder))
+    batches = files | "ToEventBatches" >> beam.ParDo(CsvFileToBatches(
+        job, csv_header(path, folder), ToElement(job), functools.partial(row_unit, job))
+    ).with_outputs(DEAD_LETTER, main="batches")
+    main = batches.batches
+    main.element_type = EventBatch  # the transforms take it in place of elements
+    return main, [batches[DEAD_LETTER]]
 
 
 def unreadable_file(path: str, why) -> dict:
