@@ -149,7 +149,8 @@ def main(argv=None) -> int:
               f"{max(l for _, l in lags):.2f} s; steps published {len(lags)} of {args.steps}; "
               f"dead letters {dead}; job cores {cores:.2f}; records == batch: {equal}")
     if job.returncode != 0:
-        print(err.strip().splitlines()[-1:] if err.strip() else out[-300:])
+        lines = [line for line in err.strip().splitlines() if "Error" in line or "error" in line]
+        print("\n".join(lines[-8:]) if lines else out[-300:])
     return 0 if equal and len(lags) == args.steps else 1
 
 

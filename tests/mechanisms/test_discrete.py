@@ -188,3 +188,15 @@ def test_sampled_magnitude_is_the_exact_127_bit_count_including_ties(kind, param
     expected = [sum(c <= u for c in thresholds) for u in us]
     assert values.tolist() == expected
     assert size == len(thresholds)
+
+
+def test_the_fast_negation_is_numpys():
+    """`discrete._negated` (the sampler's sign step) against np.negative(where=), on random
+    magnitudes from 0 to 2^62 and the extremes."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.integers(0, 2 ** 62, 5000), [0, 1, 2 ** 63 - 1]])
+    for negative in (rng.random(values.shape[0]) < 0.5, np.ones(values.shape[0], bool),
+                     np.zeros(values.shape[0], bool)):
+        expected = np.negative(values, where=negative, out=values.copy())
+        ours = discrete._negated(values.copy(), negative)  # noqa: SLF001 (under test)
+        assert np.array_equal(ours, expected)

@@ -213,7 +213,7 @@ class DiscreteSampler:
     def _count_below(self, hi: np.ndarray) -> np.ndarray:
         """Number of thresholds whose top word is < hi (same as a left binary search)."""
         below, dense, padded, bits = self._guide()
-        prefix = (hi >> np.uint64(64 - bits)).astype(np.int64)
+        prefix = (hi >> np.uint64(64 - bits)).view(np.int64)  # < 2^bits: the same values
         first = below[prefix]
         count = first + (padded[first] < hi)
         crowded = np.nonzero(dense[prefix])[0]  # buckets holding several thresholds (tail)
@@ -311,8 +311,7 @@ class DiscreteSampler:
         for i in np.nonzero(magnitude >= size)[0]:
             bits = streams.get(i) or node_bits(int(i))
             magnitude[i] = self.tail_magnitude(bits)
-        np.negative(magnitude, out=magnitude, where=negative)
-        return magnitude
+        return _negated(magnitude, negative)
 
     def tail_magnitude(self, bits: BitStream) -> int:
         """Exactly |X| conditioned on |X| >= M (M = table size >= 1)."""
@@ -379,3 +378,16 @@ def equal_weight_quantile(kind: str, parameter: float, terms: int, alpha: float)
     if ok.shape[0] == 0:
         return float(center)
     return float(ok[0])
+
+
+def _negated(values: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """int64 `values` with those at `negative` negated, in place: (v ^ s) - s with s = -1 there
+    and 0 elsewhere (two's complement), what np.negative(where=) gives, several times faster.
+
+    >>> _negated(np.array([3, 0, 5]), np.array([True, True, False])).tolist()
+    [-3, 0, 5]
+    """
+    sign = negative.view(np.int8).astype(np.int64)
+    np.negative(sign, out=sign)
+    np.bitwise_xor(values, sign, out=values)
+    return np.subtract(values, sign, out=values)
