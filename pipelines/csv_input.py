@@ -63,8 +63,11 @@ class CsvFileToBatches(beam.DoFn):
 
     def _batch(self, pa, rows):
         names = set(self.job.input.fields.values())
+        mapped = [name for name in self.header if name in names]
+        if not mapped:  # (a table of no column has no rows) each row's own dead letter
+            return (out for row in rows for out in self.to_element.process(row))
         table = pa.table({name: pa.array([row[name] for row in rows], type=pa.string())
-                          for name in self.header if name in names})
+                          for name in mapped})
         return self.batches.process(table, rows)
 
 

@@ -118,3 +118,15 @@ def test_a_csv_job_gives_the_records_and_dead_letters_of_the_row_path(tmp_path, 
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "in.csv").write_bytes(_csv_file(random.Random(5), 500, "iso"))
     same_job_both_ways(tmp_path, monkeypatch, "*.csv", "csv", "iso")
+
+
+def test_rows_of_a_header_without_the_mapped_columns_are_dead_letters_not_lost(tmp_path):
+    """A header holding none of the mapped columns (the job's preflight refuses it; the DoFn
+    alone must not lose rows): each row is the row path's dead letter."""
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"a,b\n1,2\n3,4\n")
+    spec, _ = job(tmp_path, "count", {"timestamp": "ts", "unit": "user", "key": "region"})
+    fn = csv_input.CsvFileToBatches(spec, ["a", "b"], io.ToElement(spec))
+    fn.setup()
+    elements, dead, _ = tally(fn.process(str(path)))
+    assert not elements and len(dead) == 2 and all("missing_field" in d for d in dead)
