@@ -2,7 +2,8 @@
 operator cares about. For each step t it prints the standard deviation at step t of the
 horizon-free mechanism (`log_sqrt_toeplitz`, calibrated as the release would calibrate it: the
 same bounds, keys per unit and noise) beside the MaxSE of the best mechanism for a horizon T = t
-known in advance (the plan's recommendation at T = t), and their ratio.
+known in advance (the plan's recommendation at T = t), and their ratio; under float noise also
+the hybrid mechanism's stddev at t (Chan, Shi and Song 2011, the classic reduction).
 
     python3 -m pipelines.plan --unbounded --at 24,168,8760 --rho 0.5 [bounds ...]
 """
@@ -19,6 +20,7 @@ from transforms.mechanisms.choose import state_bytes_per_key
 from transforms.mechanisms.privacy import LAPLACE
 
 UNBOUNDED = "log_sqrt_toeplitz"
+BASELINE = "hybrid"  # Chan, Shi and Song's reduction, shown beside it under float noise
 
 MAX_STEP = 1 << 20  # the discrete release's limit (`SqrtToeplitz`)
 
@@ -57,6 +59,13 @@ def unbounded_plan(args, privacy: dict, steps: list) -> list:
                                 calibration=SPLIT if args.split else JOINT,
                                 sensitivity=probe.sensitivity)
     variance = key_mechanism(longest, privacy, row).noise_variance()
+    baseline = None
+    if args.noise == "float":  # the hybrid mechanism (Gaussian float noise only): the baseline
+        hybrid = make(BASELINE, steps[-1], **privacy, max_contributions=longest.max_contributions,
+                      interval_bound=longest.interval_bound, noise=args.noise, seed=0)
+        row = types.SimpleNamespace(mechanism=BASELINE, params={}, calibration=row.calibration,
+                                    sensitivity=hybrid.sensitivity)
+        baseline = key_mechanism(longest, privacy, row).noise_variance()
     out = []
     for t in steps:
         known = plan_stream(with_changes(args, horizon=t, interval_bound=args.interval_bound),
@@ -67,6 +76,8 @@ def unbounded_plan(args, privacy: dict, steps: list) -> list:
                     "known": {"mechanism": known.mechanism, "params": dict(known.params),
                               "max_se": known.max_se * scale},
                     "ratio": stddev / (known.max_se * scale) if known.max_se else math.inf})
+        if baseline is not None:
+            out[-1][BASELINE] = math.sqrt(float(baseline[t - 1])) * scale
     return out
 
 
@@ -76,11 +87,18 @@ def unbounded_text(rows: list, privacy: dict) -> str:
              f"MaxSE for a horizon T = t known in advance:", "",
              f"{'step t':>10}{'stddev at t':>14}{'state at t':>13}{'known T = t':>14}  "
              f"{'(mechanism)':<22}{'ratio':>7}"]
+    hybrid = bool(rows) and BASELINE in rows[0]
+    if hybrid:
+        lines[-1] += f"{BASELINE:>10}"
     for row in rows:
         known = row["known"]
         lines.append(f"{row['step']:>10}{row['stddev']:>14.3f}{row['state_bytes']:>11,} B"
-                     f"{known['max_se']:>14.3f}  {known['mechanism']:<22}{row['ratio']:>7.2f}")
+                     f"{known['max_se']:>14.3f}  {known['mechanism']:<22}{row['ratio']:>7.2f}"
+                     + (f"{row[BASELINE]:>10.3f}" if hybrid else ""))
     lines += ["", "State: one key's, sealed (discrete noise keeps the input history, 16 B per "
                   "step; float noise 33 B). The known-T column respects "
                   "--max-state-bytes-per-key; the horizon-free column does not."]
+    if hybrid:
+        lines.append(f"{BASELINE}: Chan, Shi and Song's mechanism for streams of unknown length "
+                     f"(its stddev at t), the classic answer.")
     return "\n".join(lines)

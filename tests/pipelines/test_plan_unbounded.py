@@ -65,3 +65,19 @@ def test_table_and_refusals(capsys):
              "`unbounded` must be left out with --mean-max-value")):
         code, out, err = run(capsys, *args)
         assert code == 2 and out == "" and message in err and len(err) < 200, (args, err)
+
+
+def test_the_hybrid_baseline_is_its_own_stddev_under_float_noise_only(capsys):
+    """Under float noise each row also holds the hybrid mechanism's stddev at t (as `make`
+    computes it, at any horizon); under discrete noise (it has none) the column is left out."""
+    found = rows(capsys, "--at", "1,24,3000", "--rho", "0.5", "--max-contributions", "3",
+                 "--noise", "float")
+    hybrid = make("hybrid", 5000, rho=0.5, max_contributions=3, interval_bound=3,
+                  noise="float", seed=0)
+    for row in found:
+        assert row["hybrid"] == pytest.approx(
+            math.sqrt(hybrid.noise_variance()[row["step"] - 1]), rel=1e-12)
+    assert found[0]["hybrid"] < found[0]["stddev"] and found[1]["hybrid"] > found[1]["stddev"]
+    assert all("hybrid" not in row for row in rows(capsys, "--at", "24", "--rho", "0.5"))
+    code, out, _ = run(capsys, "--unbounded", "--at", "24", "--rho", "0.5", "--noise", "float")
+    assert code == 0 and "hybrid" in out.splitlines()[2] and "Chan, Shi and Song" in out
