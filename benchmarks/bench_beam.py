@@ -4,6 +4,7 @@
                                      [--steps 100] [--only count|distinct|jobs]
                                      [--scale 1e5,1e6] [--repeats 3]
                                      [--pipelines floor,continual_count,...]
+                                     [--text-times seconds|iso]
 
 A seeded generator writes the input to Parquet first (not timed): columns user, key, ts (int64,
 event time in microseconds; `--users` users, `--keys` public keys, `--steps` hourly steps) and,
@@ -25,7 +26,8 @@ continual_count: ReadFromParquetBatched, one Arrow table per row group):
 - continual_distinct: ContinualCountDistinct (max_flips 4, 1 key per item);
 - job_parquet / job_jsonl / job_csv (`--only jobs`): the product's job (`pipelines.run.build`:
   reading, parsing, the input gate, the release and its writes) on the count input as Parquet,
-  JSON lines and CSV (the copies are written first, not timed).
+  JSON lines and CSV (the copies are written first, not timed; their times as epoch seconds,
+  or as ISO-8601 text with `--text-times iso`).
 Each repeat runs every chosen pipeline once, in the opposite order of the repeat before
 (`--repeats`, default 3); prints each pipeline's CPU seconds (min and median over the repeats)
 and the ratios of mins and of medians. With `--scale` it runs the series of sizes (one repeat
@@ -35,6 +37,7 @@ Benchmarks only: nothing here is a test.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -59,8 +62,11 @@ HOUR = 3600.0
 MAX_KEYS, MAX_CONTRIBUTIONS = 2, 2  # per user: 2 keys x 2 contributions
 
 
-def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, seed: int = 1):
-    """Seeded Parquet inputs (count and distinct); returns their paths."""
+def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, seed: int = 1,
+                 text_times: str = "seconds"):
+    """Seeded Parquet inputs (count and distinct) and the count input's JSON-lines and CSV
+    copies, their times as epoch seconds or ISO-8601 text (`text_times`); returns their
+    paths."""
     rng = np.random.default_rng(seed)
     ts = (ORIGIN * 1e6 + rng.integers(0, int(steps * HOUR * 1e6), events)).astype(np.int64)
     count = pa.table({"user": rng.integers(0, users, events, dtype=np.int64),
@@ -78,19 +84,26 @@ def write_inputs(folder: str, events: int, users: int, keys: int, steps: int, se
     # the job's Parquet input: its event time as a timestamp column (the job's typed input)
     pq.write_table(count.set_column(2, "ts", pa.array(ts, pa.timestamp("us", tz="UTC"))),
                    paths[3], row_group_size=100_000)
+    def text(micros):
+        if text_times == "seconds":
+            return repr(micros / 1e6)
+        return datetime.datetime.fromtimestamp(micros // 10 ** 6, datetime.timezone.utc).replace(
+            microsecond=micros % 10 ** 6).isoformat().replace("+00:00", "Z")
+
     with open(paths[2], "w", encoding="utf-8") as handle:  # the same events as JSON lines
         for user, key, micros in zip(*(count.column(n).to_pylist()
                                        for n in ("user", "key", "ts"))):
-            handle.write(f'{{"user": {user}, "key": {key}, "ts": {micros / 1e6!r}}}\n')
+            when = text(micros) if text_times == "seconds" else f'"{text(micros)}"'
+            handle.write(f'{{"user": {user}, "key": {key}, "ts": {when}}}\n')
     with open(paths[4], "w", encoding="utf-8") as handle:  # and as CSV
         handle.write("user,key,ts\n")
         for user, key, micros in zip(*(count.column(n).to_pylist()
                                        for n in ("user", "key", "ts"))):
-            handle.write(f"{user},{key},{micros / 1e6!r}\n")
+            handle.write(f"{user},{key},{text(micros)}\n")
     return paths
 
 
-def job_config(paths, fmt: str, steps, keys):
+def job_config(paths, fmt: str, steps, keys, text_times: str = "seconds"):
     """The count job of the product (`pipelines.run`) on the count input in `fmt`, output to a
     folder beside it (JSON lines only: every job writes the same records)."""
     from pipelines import config as job_config_module
@@ -99,7 +112,7 @@ def job_config(paths, fmt: str, steps, keys):
            "input": {"path": {"parquet": paths[3], "jsonl": paths[2], "csv": paths[4]}[fmt],
                      "format": fmt,
                      "fields": {"timestamp": "ts", "unit": "user", "key": "key"},
-                     "timestamp_format": "iso" if fmt == "parquet" else "seconds",
+                     "timestamp_format": "iso" if fmt == "parquet" else text_times,
                      "types": {"unit": "int", "key": "int"}},
            "steps": {"origin": steps.iso(steps.origin), "size_seconds": steps.size,
                      "horizon": steps.horizon},
@@ -190,7 +203,7 @@ def pipelines(paths, args, steps, keys):
     def job(fmt):
         def build(p):
             from pipelines import run as job_run
-            job = job_config(paths, fmt, steps, keys)
+            job = job_config(paths, fmt, steps, keys, args.text_times)
             job_run.build(p, job, job_run.build_transform(job))
         return build
 
@@ -233,7 +246,8 @@ def run_size(events: int, args, medians: bool = False):
     keys = list(range(args.keys))
     walls, cpus, skipped = {}, {}, set()
     with tempfile.TemporaryDirectory(prefix="bench-beam-") as folder:
-        paths = write_inputs(folder, events, args.users, args.keys, args.steps)
+        paths = write_inputs(folder, events, args.users, args.keys, args.steps,
+                             text_times=args.text_times)
         chosen = pipelines(paths, args, steps, keys)
         for repeat in range(args.repeats):
             for name, build in (chosen if repeat % 2 == 0 else chosen[::-1]):
@@ -271,6 +285,9 @@ def main():
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--only", choices=("all", "count", "distinct", "jobs"), default="all")
+    parser.add_argument("--text-times", choices=("seconds", "iso"), default="seconds",
+                        help="the JSON-lines and CSV copies' event times: epoch seconds or "
+                             "ISO-8601 text (e.g. 2023-11-14T22:13:20.123456Z)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="interleaved runs of every pipeline (min and median printed)")
     parser.add_argument("--pipelines", default=None,

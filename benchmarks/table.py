@@ -49,6 +49,7 @@ def row(name: str, low: float, mid: float, goal: float) -> None:
 def beam_rows(args) -> None:
     options = types.SimpleNamespace(
         repeats=args.repeats, only="all", users=int(args.events) // 10, keys=1000, steps=100,
+        text_times="seconds",
         pipelines="floor,arrow_floor,pipeline_dp,continual_count,continual_count_elements,"
                   "job_parquet,job_jsonl")
     cpus = bench_beam.run_size(int(args.events), options, medians=True)
