@@ -12,6 +12,7 @@ import csv
 import re
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import config as job_config
@@ -45,9 +46,10 @@ class CsvFileToBatches(beam.DoFn):
     def setup(self):
         self.batches = TableToBatch(self.job, self.to_element)
         self.batches.setup()
+        names = set(self.job.input.fields.values())
+        self.mapped = [name for name in self.header if name in names]
 
     def process(self, path: str):
-        import pyarrow as pa
         rows = []
         with FileSystems.open(path) as handle:
             for out in csv_records(iter(handle.readline, b""), self.header, self.unit_of_row):
@@ -56,18 +58,16 @@ class CsvFileToBatches(beam.DoFn):
                     continue
                 rows.append(out)
                 if len(rows) >= CSV_CHUNK:
-                    yield from self._batch(pa, rows)
+                    yield from self._batch(rows)
                     rows = []
         if rows:
-            yield from self._batch(pa, rows)
+            yield from self._batch(rows)
 
-    def _batch(self, pa, rows):
-        names = set(self.job.input.fields.values())
-        mapped = [name for name in self.header if name in names]
-        if not mapped:  # (a table of no column has no rows) each row's own dead letter
+    def _batch(self, rows):
+        if not self.mapped:  # (a table of no column has no rows) each row's own dead letter
             return (out for row in rows for out in self.to_element.process(row))
         table = pa.table({name: pa.array([row[name] for row in rows], type=pa.string())
-                          for name in mapped})
+                          for name in self.mapped})
         return self.batches.process(table, rows)
 
 

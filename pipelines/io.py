@@ -200,10 +200,17 @@ def read_csv_batches(pipeline, job: job_config.JobConfig):
     """CSV -> (EventBatches, [dead letters]): what `read_rows` | `ToElement` give, without a
     Beam element per row (a file is read by one worker from its start; files in parallel)."""
     path, folder = job.input.path, job.input.config_folder
-    files = pipeline | "CsvFiles" >> beam.Create(input_files(path, folder))
-    batches = files | "ToEventBatches" >> beam.ParDo(CsvFileToBatches(
-        job, csv_header(path, folder), ToElement(job), functools.partial(row_unit, job))
-    ).with_outputs(DEAD_LETTER, main="batches")
+    return _file_batches(pipeline, job, "CsvFiles", CsvFileToBatches(
+        job, csv_header(path, folder), ToElement(job), functools.partial(row_unit, job)))
+
+
+def _file_batches(pipeline, job: job_config.JobConfig, label: str, to_batches: beam.DoFn):
+    """The input's files, each read by `to_batches` (a path -> EventBatches and dead letters)
+    -> (EventBatches, [dead letters])."""
+    files = pipeline | label >> beam.Create(input_files(job.input.path,
+                                                        job.input.config_folder))
+    batches = files | "ToEventBatches" >> beam.ParDo(to_batches).with_outputs(
+        DEAD_LETTER, main="batches")
     main = batches.batches
     main.element_type = EventBatch  # the transforms take it in place of elements
     return main, [batches[DEAD_LETTER]]
@@ -369,13 +376,7 @@ class _JsonFileToBatches(beam.DoFn):
 def read_jsonl_batches(pipeline, job: job_config.JobConfig):
     """JSON lines -> (EventBatches, [dead letters]): what `read_rows` | `ToElement` give,
     without a Beam element per line (a file is read by one worker; files in parallel)."""
-    files = pipeline | "JsonFiles" >> beam.Create(input_files(job.input.path,
-                                                              job.input.config_folder))
-    batches = files | "ToEventBatches" >> beam.ParDo(_JsonFileToBatches(job)).with_outputs(
-        DEAD_LETTER, main="batches")
-    main = batches.batches
-    main.element_type = EventBatch  # the transforms take it in place of elements
-    return main, [batches[DEAD_LETTER]]
+    return _file_batches(pipeline, job, "JsonFiles", _JsonFileToBatches(job))
 
 
 def read_rows(pipeline, job: job_config.JobConfig):

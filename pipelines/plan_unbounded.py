@@ -53,19 +53,18 @@ def unbounded_plan(args, privacy: dict, steps: list) -> list:
     longest = with_changes(args, horizon=steps[-1])
     if longest.interval_bound is None:
         longest.interval_bound = longest.max_contributions
-    probe = make(UNBOUNDED, steps[-1], **privacy, max_contributions=longest.max_contributions,
-                 interval_bound=longest.interval_bound, noise=args.noise, seed=0)
-    row = types.SimpleNamespace(mechanism=UNBOUNDED, params={},
-                                calibration=SPLIT if args.split else JOINT,
-                                sensitivity=probe.sensitivity)
-    variance = key_mechanism(longest, privacy, row).noise_variance()
-    baseline = None
-    if args.noise == "float":  # the hybrid mechanism (Gaussian float noise only): the baseline
-        hybrid = make(BASELINE, steps[-1], **privacy, max_contributions=longest.max_contributions,
-                      interval_bound=longest.interval_bound, noise=args.noise, seed=0)
-        row = types.SimpleNamespace(mechanism=BASELINE, params={}, calibration=row.calibration,
-                                    sensitivity=hybrid.sensitivity)
-        baseline = key_mechanism(longest, privacy, row).noise_variance()
+
+    def variance_of(name):  # per step, as the release would calibrate `name` for one key
+        probe = make(name, steps[-1], **privacy, max_contributions=longest.max_contributions,
+                     interval_bound=longest.interval_bound, noise=args.noise, seed=0)
+        row = types.SimpleNamespace(mechanism=name, params={},
+                                    calibration=SPLIT if args.split else JOINT,
+                                    sensitivity=probe.sensitivity)
+        return key_mechanism(longest, privacy, row).noise_variance()
+
+    variance = variance_of(UNBOUNDED)
+    # the hybrid mechanism (Gaussian float noise only): the baseline
+    baseline = variance_of(BASELINE) if args.noise == "float" else None
     out = []
     for t in steps:
         known = plan_stream(with_changes(args, horizon=t, interval_bound=args.interval_bound),

@@ -106,10 +106,9 @@ def _iso_seconds(column) -> Tuple[np.ndarray, np.ndarray]:
     micro = number("fraction", pc.if_else(pc.equal(fraction, ""), "0",
                                           pc.utf8_rpad(fraction, width=6, padding="0")))
     zone = pc.struct_field(parts, "zone").fill_null("Z")
-    offset_hour = number("zone", pc.utf8_slice_codeunits(pc.if_else(
-        pc.equal(zone, "Z"), "+00:00", zone), 1, 3))
-    offset_minute = number("zone", pc.utf8_slice_codeunits(pc.if_else(
-        pc.equal(zone, "Z"), "+00:00", zone), 4, 6))
+    zone = pc.if_else(pc.equal(zone, "Z"), "+00:00", zone)  # every zone as +hh:mm / -hh:mm
+    offset_hour = number("zone", pc.utf8_slice_codeunits(zone, 1, 3))
+    offset_minute = number("zone", pc.utf8_slice_codeunits(zone, 4, 6))
     negative = np.asarray(pc.starts_with(zone, "-").to_numpy(zero_copy_only=False), bool)
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     safe_month = np.clip(month, 1, 12) - 1
