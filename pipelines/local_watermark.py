@@ -27,6 +27,8 @@ import math
 import time
 from typing import Callable, Iterable, List, Optional
 
+from transforms.settle import whole_ms
+
 SLACK_SECONDS = 10.0
 RECHECK_SECONDS = 0.05  # a blocked deadline's next check, at the soonest
 
@@ -90,12 +92,14 @@ class Pacer:
 
 
 def deadlines(steps, first: int, lateness_seconds: float, delay_steps: int) -> List[int]:
-    """The release's event-time deadlines from step `first` (micros): each step's end + the
-    allowed lateness (its contributions leave the unit stage) and each release time (the end
-    of step s + delay_steps)."""
+    """The release's event-time deadlines from step `first` (micros, the timers' whole ms:
+    `transforms.settle.whole_ms`): each step's end + the allowed lateness (its contributions
+    leave the unit stage) and each release time (the end of step s + delay_steps)."""
     lateness = int(round(lateness_seconds * 1e6))
-    ends = [int(round(steps.end(s) * 1e6)) for s in range(first, steps.horizon + delay_steps)]
-    flushes = [int(round(steps.end(s) * 1e6)) + lateness for s in range(first, steps.horizon)]
+    ends = [whole_ms(int(round(steps.end(s) * 1e6)))
+            for s in range(first, steps.horizon + delay_steps)]
+    flushes = [whole_ms(int(round(steps.end(s) * 1e6)) + lateness)
+               for s in range(first, steps.horizon)]
     return ends + flushes
 
 

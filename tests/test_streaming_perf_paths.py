@@ -22,6 +22,7 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.mechanisms import ConstantNoiseSource, make
 from transforms.messages import DEAD_LETTER, Delta, Seed, StepTotal
+from transforms.settle import SETTLE_MICROS
 from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn, TruncateStreamingFn
 from transforms.streams.units import sorted_payloads
 from transforms.streams import ContributionBounds, count_distinct
@@ -94,6 +95,15 @@ class Cells:
         return kwargs
 
 
+def fired(method, cells: Cells, key) -> list:
+    """A step timer's two firings (`transforms.settle`): the first, at its due time, only
+    re-arms it 1 us later; the second's output."""
+    due = cells.timer.time
+    assert list(method(**cells.bind(method, key=key, fire=due)) or []) == []
+    assert cells.timer.time.micros == due.micros + SETTLE_MICROS
+    return list(method(**cells.bind(method, key=key, fire=cells.timer.time)) or [])
+
+
 def problems():
     return {
         "count": CountProblem(ContributionBounds(3, 2, 2)),
@@ -137,10 +147,12 @@ def test_streaming_truncation_equals_advance_unit(name, seed, count):
         events.append((parsed.unit, (step, micros, parsed.payload)))
     arrivals = {}
     for unit, event in events:
-        arrivals.setdefault(max(0, event[0] - rng.randrange(3) + (rng.random() < 0.15)),
+        # two steps after its own (`transforms.settle`: its step closes at the watermark's
+        # first move past its end, and a step's events arriving with that move are on time)
+        arrivals.setdefault(max(0, event[0] - rng.randrange(3) + 2 * (rng.random() < 0.15)),
                             []).append((unit, event))
     cells, accepted, emitted, late = {}, {}, {}, 0
-    for watermark in range(HORIZON + 1):
+    for watermark in range(HORIZON + 2):  # the last: the end of input (+inf)
         for unit, event in arrivals.get(watermark, []):
             unit_cells = cells.setdefault(unit, Cells())
             out = list(fn.process((unit, event), **unit_cells.bind(fn.process)) or [])
@@ -149,7 +161,7 @@ def test_streaming_truncation_equals_advance_unit(name, seed, count):
                 late += 1
             else:
                 accepted.setdefault(unit, []).append(event)
-        limit = int(round(STEPS.end(min(watermark, HORIZON - 1)) * 1e6))
+        limit = int(round(STEPS.end(watermark) * 1e6)) if watermark < HORIZON else 1 << 62
         while True:
             due = sorted((c.timer.time.micros, repr(u), u) for u, c in cells.items()
                          if c.timer.time is not None and c.timer.time.micros <= limit)
@@ -193,13 +205,17 @@ def test_a_unit_flushed_before_its_events_step_end_keeps_them():
             micros = int(round(STEPS.start(step) * 1e6))
             assert not list(fn.process(("u", (step, micros, payload)),
                                        **cells.bind(fn.process)) or [])
-        early = Timestamp(micros=int(round(STEPS.end(2) * 1e6)))
-        assert list(fn.flush(fire=early, **cells.bind(fn.flush, key="u"))) == []
+        for early in (2, 2):  # a firing at step 2's end settles; its second keeps them
+            fire = cells.timer.time
+            assert list(fn.flush(fire=Timestamp(micros=int(round(STEPS.end(early) * 1e6))),
+                                 **cells.bind(fn.flush, key="u"))) == []
+            assert list(fn.flush(fire=cells.timer.time, **cells.bind(fn.flush, key="u"))) == []
+            assert cells.timer.time == fire
         got = []
         for step in sorted({step for step, _ in events}):
             fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)))
             assert cells.timer.time == fire
-            got += [item.value for item in fn.flush(fire=fire, **cells.bind(fn.flush, key="u"))]
+            got += [item.value for item in fired(fn.flush, cells, "u")]
         by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
         reference = advance_unit(problem, "u", problem.init_state(), by_step,
                                  steps_to_run(problem, by_step, 0, 7))
@@ -245,6 +261,90 @@ def test_release_state_coder_round_trips_exactly():
                    [struct.pack("<d", v) for v in partials]
 
 
+def test_an_event_seen_after_its_steps_first_firing_is_on_time():
+    """Beam's Python SDK runs a data-plane message's timers before its data, so a unit's
+    step-end firing can come before an on-time event the runner received ahead of it. That
+    firing only settles (`transforms.settle`): the event is kept and truncated with its step
+    at the second firing, as the same events in order; an event after that one is late."""
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    fn = TruncateStreamingFn(problem, STEPS, False)
+    fn.setup()
+    cells = Cells()
+    at = int(round(STEPS.start(1) * 1e6))
+    events = [(1, at, ("a", 1.0)), (1, at + 5, ("b", 1.0))]
+    assert not list(fn.process(("u", events[0]), **cells.bind(fn.process)) or [])
+    due = cells.timer.time
+    assert list(fn.flush(fire=due, **cells.bind(fn.flush, key="u"))) == []  # the firing first
+    assert not list(fn.process(("u", events[1]), **cells.bind(fn.process)) or [])  # its data
+    got = [item.value for item in fn.flush(fire=cells.timer.time,
+                                           **cells.bind(fn.flush, key="u"))]
+    by_step = sorted_payloads(events)
+    reference = advance_unit(problem, "u", problem.init_state(), by_step,
+                             steps_to_run(problem, by_step, 0, 2))
+    assert got == [((key, step), Delta(value)) for key, step, value in reference.contributions]
+    assert len(got) == 2
+    late = list(fn.process(("u", (1, at + 9, ("c", 1.0))), **cells.bind(fn.process)))
+    assert late[0].tag == DEAD_LETTER and "late: step 1" in late[0].value["reason"]
+
+
+def test_a_total_seen_after_its_release_times_first_firing_is_released():
+    """The same order at the release stage: a step total the runner sent before the watermark
+    that fired the release timer, seen after that firing, is in the step's record (equal to one
+    total of their sum, same noise); a total after the second firing is late."""
+    records = []
+    for parts in ([2.0, 3.0], [5.0]):
+        fn, cells = _release_fn(), Cells()
+        list(fn.process(("a", Seed()), **cells.bind(fn.process)) or [])
+        assert not list(fn.process(("a", StepTotal(0, parts[0])), **cells.bind(fn.process))
+                        or [])
+        due = cells.timer.time
+        assert list(fn.release(**cells.bind(fn.release, key="a", fire=due))) == []
+        for part in parts[1:]:
+            assert not list(fn.process(("a", StepTotal(0, part)), **cells.bind(fn.process))
+                            or [])
+        records.append([r.value for r in fn.release(**cells.bind(fn.release, key="a",
+                                                                 fire=cells.timer.time))])
+        late = list(fn.process(("a", StepTotal(0, 1.0)), **cells.bind(fn.process)))
+        assert late[0].tag == DEAD_LETTER
+    assert [r["step"] for r in records[0]] == [0] and records[0] == records[1]
+
+
+def test_step_timers_are_due_at_whole_ms_so_a_runner_in_ms_fires_them_on_time():
+    """The Fn API carries timer times in milliseconds, rounded down: a due time between two
+    (an origin, size and lateness of fractions of a ms) would come back before its step's end
+    and close nothing, for ever. Due times are whole ms, rounded up: the runner's firings,
+    in ms, close each step and release it."""
+    steps = TimeSteps(1_700_000_000.0004, 1 / 3, 9)
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    fn = TruncateStreamingFn(problem, steps, False, lateness_seconds=0.0107)
+    fn.setup()
+    cells = Cells()
+    for step in (0, 4, 8):
+        at = int(round(steps.start(step) * 1e6)) + 1
+        assert not list(fn.process(("u", (step, at, ("a", 1.0))), **cells.bind(fn.process))
+                        or [])
+        out = []
+        for _ in range(2):  # the first firing settles; both as the runner hands them back
+            due = cells.timer.time.micros
+            assert due % 1000 == 0 and due >= steps.end(step) * 1e6 + 10_700
+            out = list(fn.flush(fire=Timestamp(micros=due // 1000 * 1000),
+                                **cells.bind(fn.flush, key="u")))
+        assert [item.value for item in out] == [(("a", step), Delta(1.0))]
+    transform = ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
+                               mechanism="binary_tree", secret=SecretRef(literal=b"perf"),
+                               insecure=True, release_id="0123456789abcdef0123456789abcdef")
+    release, cells = ReleaseStreamingFn(transform.config, transform.public_keys), Cells()
+    release.setup()
+    list(release.process(("a", Seed()), **cells.bind(release.process)) or [])
+    for step in range(3):
+        for _ in range(2):
+            due = cells.timer.time.micros
+            assert due % 1000 == 0
+            out = list(release.release(**cells.bind(release.release, key="a",
+                                                    fire=Timestamp(micros=due))))
+        assert [r.value["step"] for r in out] == [step]
+
+
 def _release_fn(mechanism="binary_tree"):
     transform = ContinualCount(steps=STEPS, public_keys=["a", "b"], epsilon=1.0,
                                mechanism=mechanism, secret=SecretRef(literal=b"perf"), insecure=True,
@@ -260,16 +360,16 @@ def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_lett
     for key, cells in (("a", a), ("b", b)):
         assert not list(fn.process((key, Seed()), **cells.bind(fn.process)) or [])
         assert not list(fn.process((key, StepTotal(0, 2.0)), **cells.bind(fn.process)) or [])
-        records = list(fn.release(**cells.bind(fn.release, key=key, fire=cells.timer.time)))
+        records = fired(fn.release, cells, key)
         assert [r.value["step"] for r in records] == [0]
     late = list(fn.process(("a", StepTotal(0, 1.0)), **a.bind(fn.process)))
     assert late[0].tag == DEAD_LETTER and "late: step 0 of key 'a'" in late[0].value["reason"]
     assert not list(fn.process(("zz", StepTotal(1, 1.0)), **a.bind(fn.process)) or [])
     # b's state under key a: refused (it would re-draw published noise)
     swapped = Cells()
-    swapped.cells = b.cells
+    swapped.cells, swapped.timer.time = b.cells, b.timer.time
     with pytest.raises(ValueError, match=r"`state` must be state of release"):
-        list(fn.release(**swapped.bind(fn.release, key="a", fire=b.timer.time)))
+        fired(fn.release, swapped, "a")
     # a state cell that hands out its one decoded object (a caching state backend): the
     # refused release leaves the step's pending sums in it
     assert not list(fn.process(("b", StepTotal(1, 5.0)), **b.bind(fn.process)) or [])
@@ -280,7 +380,8 @@ def test_release_timer_refuses_a_swapped_key_state_and_late_totals_are_dead_lett
             return cached
 
     with pytest.raises(ValueError, match=r"`state` must be state of release"):
-        list(fn.release(key="a", fire=b.timer.time, state=Cached(), timer=Timer()))
+        list(fn.release(key="a", fire=Timestamp(micros=b.timer.time.micros + SETTLE_MICROS),
+                        state=Cached(), timer=Timer()))
     assert cached[3] == {1: [5.0]}
 
 
@@ -297,8 +398,7 @@ def test_release_records_equal_the_vectorised_release():
         for part in (x[step] - 1.0, 1.0):
             list(fn.process(("a", StepTotal(step, float(part))), **cells.bind(fn.process))
                  or [])
-        values.extend(r.value["value"] for r in fn.release(
-            **cells.bind(fn.release, key="a", fire=cells.timer.time)))
+        values.extend(r.value["value"] for r in fired(fn.release, cells, "a"))
     maker = fn.maker
     expected, _ = maker.for_key("a").advance(maker.mechanism.init_state(), x)
     assert values == [int(v) for v in expected]
@@ -527,11 +627,10 @@ def test_a_release_timer_without_its_state_fails_closed():
     cells = Cells()
     list(fn.process(("a", Seed()), **cells.bind(fn.process)) or [])
     list(fn.process(("a", StepTotal(0, 37.0)), **cells.bind(fn.process)) or [])
-    fire = cells.bind(fn.release, key="a", fire=cells.timer.time)
-    assert [r.value["step"] for r in fn.release(**fire)] == [0]
+    assert [r.value["step"] for r in fired(fn.release, cells, "a")] == [0]
     cells.cells["release_state"].clear()
     with pytest.raises(RuntimeError, match="without its sealed state"):
-        list(fn.release(**cells.bind(fn.release, key="a", fire=cells.timer.time)))
+        fired(fn.release, cells, "a")
 
 
 @pytest.mark.parametrize("origin,size,horizon", [

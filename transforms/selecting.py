@@ -40,6 +40,7 @@ from transforms.key_state import KeyState, advance, due_stop, other_key_type
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
                                  add_exact, dead_letter, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
+from transforms.settle import is_due_time, settle, whole_ms
 from transforms.streams.records import Reason
 from transforms.validation import fail
 
@@ -73,7 +74,8 @@ class ReleaseBucketFn(beam.DoFn):
         self.maker = RecordMaker(self.config)
 
     def _release_micros(self, step: int) -> int:
-        return micros_of(self.config.steps.end(step + self.config.release_delay_steps)).micros
+        end = self.config.steps.end(step + self.config.release_delay_steps)
+        return whole_ms(micros_of(end).micros)
 
     def process(self, element, progress=beam.DoFn.StateParam(PROGRESS),
                 pending=beam.DoFn.StateParam(PENDING), timer=beam.DoFn.TimerParam(RELEASE)):
@@ -101,6 +103,11 @@ class ReleaseBucketFn(beam.DoFn):
                 progress=beam.DoFn.StateParam(PROGRESS), keys=beam.DoFn.StateParam(KEYS),
                 pending=beam.DoFn.StateParam(PENDING), timer=beam.DoFn.TimerParam(RELEASE),
                 retry=beam.DoFn.TimerParam(RETRY)):
+        steps = self.config.steps
+        if is_due_time(fire.micros, self._release_micros, steps,
+                       self.config.release_delay_steps * steps.size):
+            settle(timer, fire.micros)  # act at the second firing (`transforms.settle`)
+            return
         yield from self._release(fire.micros, progress, keys, pending, timer, retry)
 
     @on_timer(RETRY)

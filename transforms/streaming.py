@@ -43,12 +43,21 @@ from transforms.validation import fail
 from transforms.claims import guarded
 from transforms.stream_checkpoint import UnitLog
 from transforms.selecting import ReleaseSelected
+from transforms.settle import is_due_time, settle, whole_ms
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
 KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
 
 
 @beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
+def _cache(cache: dict, key, value):
+    """cache[key] = value (the cache emptied first at 2^16 entries: bounded); -> value."""
+    if len(cache) >= 1 << 16:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 class TruncateStreamingFn(beam.DoFn):
     """Unbounded input: buffer a unit's events until the watermark passes their step's end.
 
@@ -113,32 +122,20 @@ class TruncateStreamingFn(beam.DoFn):
                     low = middle
                 else:
                     high = middle - 1
-            if len(self._ready) >= 1 << 16:
-                self._ready.clear()
-            found = self._ready[micros] = low
+            found = _cache(self._ready, micros, low)
         return found
 
     def _end(self, step: int) -> Timestamp:
-        """The end of `step` + the allowed lateness as a Timestamp (the step-end timer),
-        cached."""
-        ends = self._ends
-        found = ends.get(step)
-        if found is None:
-            if len(ends) >= 1 << 16:
-                ends.clear()
-            found = ends[step] = Timestamp(micros=micros_of(self.steps.end(step)).micros
-                                           + self.lateness)
-        return found
+        """The step-end timer's due time: step's end + the lateness, in whole ms; cached."""
+        found = self._ends.get(step)
+        return found if found is not None else _cache(self._ends, step, Timestamp(
+            micros=whole_ms(micros_of(self.steps.end(step)).micros + self.lateness)))
 
     def _stamp(self, step: int) -> Timestamp:
         """The event time of a step's outputs (its end - 1 us), cached."""
-        stamps = self._stamps
-        found = stamps.get(step)
-        if found is None:
-            if len(stamps) >= 1 << 16:
-                stamps.clear()
-            found = stamps[step] = Timestamp.of(self.steps.end(step) - MICRO)
-        return found
+        found = self._stamps.get(step)
+        return found if found is not None else _cache(
+            self._stamps, step, Timestamp.of(self.steps.end(step) - MICRO))
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
                 progress=beam.DoFn.StateParam(PROGRESS),
@@ -181,6 +178,9 @@ class TruncateStreamingFn(beam.DoFn):
               buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
               progress=beam.DoFn.StateParam(PROGRESS),
               timer=beam.DoFn.TimerParam(STEP_END)):
+        if is_due_time(fire.micros, lambda s: self._end(s).micros, self.steps, self.lateness / 1e6):
+            settle(timer, fire.micros)  # act at the second firing (`transforms.settle`)
+            return
         through = self._ready_through(fire)
         current = progress.read()
         done, earliest, held = _NOTHING_BUFFERED if current is None else current
@@ -357,16 +357,14 @@ class ReleaseStreamingFn(beam.DoFn):
         microseconds), cached per step."""
         found = self._times.get(step)
         if found is None:
-            if len(self._times) >= 1 << 16:
-                self._times.clear()
-            steps = self.config.steps
             release = self._release_time(step)
-            found = self._times[step] = (Timestamp.of(steps.end(step) - MICRO), release,
-                                         release.micros)
+            found = _cache(self._times, step, (Timestamp.of(self.config.steps.end(step) - MICRO),
+                                               release, release.micros))
         return found
 
     def _release_time(self, step):
-        return micros_of(self.config.steps.end(step + self.config.release_delay_steps))
+        end = self.config.steps.end(step + self.config.release_delay_steps)
+        return Timestamp(micros=whole_ms(micros_of(end).micros))
 
     def _release_micros(self, step: int) -> int:
         found = self._times.get(step)  # (the cached case inlined: one call per step checked)
@@ -416,12 +414,17 @@ class ReleaseStreamingFn(beam.DoFn):
     def release(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
                 state=beam.DoFn.StateParam(STATE), timer=beam.DoFn.TimerParam(RELEASE),
                 retry=beam.DoFn.TimerParam(RETRY)):
-        """Releases, in order, every step of the key that is due at this firing (its release
-        time <= the firing time and <= the wall clock), then sets the timer for the next step.
-        A firing with nothing due (a repeated firing) releases nothing and sets the timer
+        """At the second firing (`transforms.settle`), releases in order every step of the key
+        due (release time <= the firing time and <= the wall clock), then sets the timer for
+        the next step. A firing with nothing due (a repeat) releases nothing and sets the timer
         again. A step whose release time the watermark passed but the wall clock has not (a
-        drain moves the watermark to the end of time; a worker's clock may also lag the
-        event times) is held: `retry` re-checks it on the wall clock at its release time."""
+        drain; a worker's clock lagging the event times) is held: `retry` re-checks it on the
+        wall clock at its release time."""
+        steps = self.config.steps
+        if is_due_time(fire.micros, self._release_micros, steps,
+                       self.config.release_delay_steps * steps.size):
+            settle(timer, fire.micros)
+            return
         yield from self._release(key, fire.micros, state, timer, retry)
 
     @on_timer(RETRY)
