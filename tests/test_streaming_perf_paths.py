@@ -96,11 +96,11 @@ class Cells:
 
 
 def fired(method, cells: Cells, key) -> list:
-    """A step timer's two firings (`transforms.settle`): the first, at its due time, only
-    re-arms it 1 us later; the second's output."""
-    due = cells.timer.time
-    assert list(method(**cells.bind(method, key=key, fire=due)) or []) == []
-    assert cells.timer.time.micros == due.micros + SETTLE_MICROS
+    """A step timer's two firings (`transforms.settle`): the first, at its armed time, only
+    re-arms it at its due time, 1 ms later; the second's output."""
+    first = cells.timer.time
+    assert list(method(**cells.bind(method, key=key, fire=first)) or []) == []
+    assert cells.timer.time.micros == first.micros + SETTLE_MICROS
     return list(method(**cells.bind(method, key=key, fire=cells.timer.time)) or [])
 
 
@@ -205,15 +205,16 @@ def test_a_unit_flushed_before_its_events_step_end_keeps_them():
             micros = int(round(STEPS.start(step) * 1e6))
             assert not list(fn.process(("u", (step, micros, payload)),
                                        **cells.bind(fn.process)) or [])
-        for early in (2, 2):  # a firing at step 2's end settles; its second keeps them
-            fire = cells.timer.time
-            assert list(fn.flush(fire=Timestamp(micros=int(round(STEPS.end(early) * 1e6))),
-                                 **cells.bind(fn.flush, key="u"))) == []
+        for _ in range(2):  # a stale firing at step 2's armed time settles; its second keeps
+            fire = cells.timer.time  # them
+            stale = Timestamp(micros=int(round(STEPS.end(2) * 1e6)) - SETTLE_MICROS)
+            assert list(fn.flush(fire=stale, **cells.bind(fn.flush, key="u"))) == []
+            assert cells.timer.time.micros == stale.micros + SETTLE_MICROS
             assert list(fn.flush(fire=cells.timer.time, **cells.bind(fn.flush, key="u"))) == []
             assert cells.timer.time == fire
         got = []
-        for step in sorted({step for step, _ in events}):
-            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)))
+        for step in sorted({step for step, _ in events}):  # armed 1 ms before each step end
+            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)) - SETTLE_MICROS)
             assert cells.timer.time == fire
             got += [item.value for item in fired(fn.flush, cells, "u")]
         by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
@@ -324,10 +325,11 @@ def test_step_timers_are_due_at_whole_ms_so_a_runner_in_ms_fires_them_on_time():
         assert not list(fn.process(("u", (step, at, ("a", 1.0))), **cells.bind(fn.process))
                         or [])
         out = []
-        for _ in range(2):  # the first firing settles; both as the runner hands them back
-            due = cells.timer.time.micros
-            assert due % 1000 == 0 and due >= steps.end(step) * 1e6 + 10_700
-            out = list(fn.flush(fire=Timestamp(micros=due // 1000 * 1000),
+        for firing in (0, 1):  # armed 1 ms before the due time, then at it; in ms, as a
+            at = cells.timer.time.micros  # runner hands them back
+            assert at % 1000 == 0
+            assert at + (1 - firing) * SETTLE_MICROS >= steps.end(step) * 1e6 + 10_700
+            out = list(fn.flush(fire=Timestamp(micros=at // 1000 * 1000),
                                 **cells.bind(fn.flush, key="u")))
         assert [item.value for item in out] == [(("a", step), Delta(1.0))]
     transform = ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
@@ -338,10 +340,10 @@ def test_step_timers_are_due_at_whole_ms_so_a_runner_in_ms_fires_them_on_time():
     list(release.process(("a", Seed()), **cells.bind(release.process)) or [])
     for step in range(3):
         for _ in range(2):
-            due = cells.timer.time.micros
-            assert due % 1000 == 0
+            at = cells.timer.time.micros
+            assert at % 1000 == 0
             out = list(release.release(**cells.bind(release.release, key="a",
-                                                    fire=Timestamp(micros=due))))
+                                                    fire=Timestamp(micros=at))))
         assert [r.value["step"] for r in out] == [step]
 
 

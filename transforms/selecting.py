@@ -40,7 +40,7 @@ from transforms.key_state import KeyState, advance, due_stop, other_key_type
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
                                  add_exact, dead_letter, micros_of)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
-from transforms.settle import is_due_time, settle, whole_ms
+from transforms.settle import armed, is_armed_time, settle, whole_ms
 from transforms.streams.records import Reason
 from transforms.validation import fail
 
@@ -83,7 +83,7 @@ class ReleaseBucketFn(beam.DoFn):
         if isinstance(message, Seed):  # the bucket's progress starts at the origin
             if progress.read() is None:
                 progress.write(0)
-                timer.set(Timestamp(micros=self._release_micros(0)))
+                timer.set(Timestamp(micros=armed(self._release_micros(0), self.config.steps)))
             return
         key, step, value = message
         refused = other_key_type(key, self.config)
@@ -104,9 +104,9 @@ class ReleaseBucketFn(beam.DoFn):
                 pending=beam.DoFn.StateParam(PENDING), timer=beam.DoFn.TimerParam(RELEASE),
                 retry=beam.DoFn.TimerParam(RETRY)):
         steps = self.config.steps
-        if is_due_time(fire.micros, self._release_micros, steps,
-                       self.config.release_delay_steps * steps.size):
-            settle(timer, fire.micros)  # act at the second firing (`transforms.settle`)
+        if is_armed_time(fire.micros, lambda s: armed(self._release_micros(s), steps), steps,
+                         self.config.release_delay_steps * steps.size):
+            settle(timer, fire.micros)  # release at the second firing (`transforms.settle`)
             return
         yield from self._release(fire.micros, progress, keys, pending, timer, retry)
 
@@ -134,7 +134,8 @@ class ReleaseBucketFn(beam.DoFn):
             progress.write(stop)
         if wake is not None:
             held, at = wake
-            (retry if held else timer).set(Timestamp(micros=at))
+            (retry if held else timer).set(Timestamp(micros=at if held else armed(
+                at, self.config.steps)))
 
     def _release_steps(self, first: int, stop: int, keys, pending):
         """Steps first .. stop - 1 of every key with state or pending totals in them."""

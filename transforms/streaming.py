@@ -43,13 +43,12 @@ from transforms.validation import fail
 from transforms.claims import guarded
 from transforms.stream_checkpoint import UnitLog
 from transforms.selecting import ReleaseSelected
-from transforms.settle import is_due_time, settle, whole_ms
+from transforms.settle import armed, is_armed_time, settle, whole_ms
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
 KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
 
 
-@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
 def _cache(cache: dict, key, value):
     """cache[key] = value (the cache emptied first at 2^16 entries: bounded); -> value."""
     if len(cache) >= 1 << 16:
@@ -58,6 +57,7 @@ def _cache(cache: dict, key, value):
     return value
 
 
+@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
 class TruncateStreamingFn(beam.DoFn):
     """Unbounded input: buffer a unit's events until the watermark passes their step's end.
 
@@ -126,10 +126,11 @@ class TruncateStreamingFn(beam.DoFn):
         return found
 
     def _end(self, step: int) -> Timestamp:
-        """The step-end timer's due time: step's end + the lateness, in whole ms; cached."""
+        """The step-end timer's armed time (`transforms.settle`; due at step's end + the
+        lateness, whole ms); cached."""
         found = self._ends.get(step)
-        return found if found is not None else _cache(self._ends, step, Timestamp(
-            micros=whole_ms(micros_of(self.steps.end(step)).micros + self.lateness)))
+        return found if found is not None else _cache(self._ends, step, Timestamp(micros=armed(
+            whole_ms(micros_of(self.steps.end(step)).micros + self.lateness), self.steps)))
 
     def _stamp(self, step: int) -> Timestamp:
         """The event time of a step's outputs (its end - 1 us), cached."""
@@ -178,8 +179,9 @@ class TruncateStreamingFn(beam.DoFn):
               buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
               progress=beam.DoFn.StateParam(PROGRESS),
               timer=beam.DoFn.TimerParam(STEP_END)):
-        if is_due_time(fire.micros, lambda s: self._end(s).micros, self.steps, self.lateness / 1e6):
-            settle(timer, fire.micros)  # act at the second firing (`transforms.settle`)
+        if is_armed_time(fire.micros, lambda s: self._end(s).micros, self.steps,
+                         self.lateness / 1e6):
+            settle(timer, fire.micros)  # close the step at the second firing
             return
         through = self._ready_through(fire)
         current = progress.read()
@@ -353,18 +355,15 @@ class ReleaseStreamingFn(beam.DoFn):
         self._times: Dict[int, Tuple[Timestamp, Timestamp]] = {}
 
     def _step_times(self, step: int) -> Tuple[Timestamp, Timestamp, int]:
-        """(the event time of step's records, the release time of step, the latter in
-        microseconds), cached per step."""
+        """(the event time of step's records, its release timer's armed time, its release
+        time: the end of step + release_delay_steps, whole ms, in micros), cached per step."""
         found = self._times.get(step)
         if found is None:
-            release = self._release_time(step)
-            found = _cache(self._times, step, (Timestamp.of(self.config.steps.end(step) - MICRO),
-                                               release, release.micros))
+            steps = self.config.steps
+            due = whole_ms(micros_of(steps.end(step + self.config.release_delay_steps)).micros)
+            found = _cache(self._times, step, (Timestamp.of(steps.end(step) - MICRO),
+                                               Timestamp(micros=armed(due, steps)), due))
         return found
-
-    def _release_time(self, step):
-        end = self.config.steps.end(step + self.config.release_delay_steps)
-        return Timestamp(micros=whole_ms(micros_of(end).micros))
 
     def _release_micros(self, step: int) -> int:
         found = self._times.get(step)  # (the cached case inlined: one call per step checked)
@@ -421,8 +420,8 @@ class ReleaseStreamingFn(beam.DoFn):
         drain; a worker's clock lagging the event times) is held: `retry` re-checks it on the
         wall clock at its release time."""
         steps = self.config.steps
-        if is_due_time(fire.micros, self._release_micros, steps,
-                       self.config.release_delay_steps * steps.size):
+        if is_armed_time(fire.micros, lambda s: self._step_times(s)[1].micros, steps,
+                         self.config.release_delay_steps * steps.size):
             settle(timer, fire.micros)
             return
         yield from self._release(key, fire.micros, state, timer, retry)

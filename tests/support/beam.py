@@ -55,9 +55,6 @@ def run(transform, events, mode="batch", steps=None, extra_args=()):
                 if by_step.get(step):
                     stream = stream.add_elements(by_step[step])
                 stream = stream.advance_watermark_to(steps.end(step))
-            # the last step's timers fire a second time (`transforms.settle`) at a move of
-            # their own, before its release's: this runner's timers hold no watermark
-            stream = stream.advance_watermark_to(steps.end(steps.horizon - 1) + 0.001)
             stream = stream.advance_watermark_to(steps.end(steps.horizon + 2))
             stream = stream.advance_watermark_to_infinity()
             collection = pipeline | stream
