@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.mechanisms import ConstantNoiseSource, make
 from transforms.messages import DEAD_LETTER, Delta, Seed, StepTotal
-from transforms.settle import SETTLE_MICROS
+from transforms.settle import SETTLE_MICROS, whole_ms
 from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn, TruncateStreamingFn
 from transforms.streams.units import sorted_payloads
 from transforms.streams import ContributionBounds, count_distinct
@@ -635,26 +635,31 @@ def test_a_release_timer_without_its_state_fails_closed():
         fired(fn.release, cells, "a")
 
 
-@pytest.mark.parametrize("origin,size,horizon", [
-    (ORIGIN, SIZE, HORIZON), (0.0, 0.1, 50), (1e9 + 0.3, 1 / 3, 40), (-5.5, 7e-6, 30),
-    (1_700_000_000.123456, 3600.0, 1)])
-def test_ready_through_is_the_last_step_whose_end_the_firing_passed(origin, size, horizon):
-    """The flush's threshold equals comparing each step's end with the firing (+ 1 us), brute
-    force over every step, at step ends, 1 us around them and at random times."""
+@pytest.mark.parametrize("origin,size,horizon,lateness", [
+    (ORIGIN, SIZE, HORIZON, 0.0), (0.0, 0.1, 50, 2.0), (1e9 + 0.3, 1 / 3, 40, 0.0107),
+    (-5.5, 7e-6, 30, 0.0), (1_700_000_000.123456, 3600.0, 1, 0.5), (2e11, 0.25, 12, 0.0),
+    (253_402_000_000.0, 0.0021, 30, 0.001)])
+def test_ready_through_is_the_last_step_whose_due_time_the_firing_reached(origin, size,
+                                                                           horizon, lateness):
+    """The flush's threshold is the last step whose due time (its end + the lateness, whole
+    ms: its timer's) is <= the firing, brute force over every step, at due and armed times,
+    1 us around them and at random times; every step is ready at its own due time, also where
+    floats are 30 us apart (origins past the year 2514)."""
     steps = TimeSteps(origin, size, horizon)
-    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), steps, False)
+    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), steps, False,
+                             lateness_seconds=lateness)
+    due = [whole_ms(int(round(steps.end(s) * 1e6)) + int(round(lateness * 1e6)))
+           for s in range(horizon)]
     rng = random.Random(7)
-    times = set()
-    for step in range(-1, horizon + 1):
-        at = int(round(steps.end(step) * 1e6))
-        times.update(at + d for d in (-2, -1, 0, 1, 2))
-    low, high = int(steps.start(0) * 1e6) - 10 ** 7, int(steps.stop * 1e6) + 10 ** 7
+    times = {at + d for at in due for d in (-SETTLE_MICROS, -2, -1, 0, 1, 2)}
+    low, high = int(steps.start(0) * 1e6) - 10 ** 7, due[-1] + 10 ** 7
     times.update(rng.randrange(low, high) for _ in range(300))
     for micros in sorted(times):
-        limit = float(micros) / 1e6 + 1e-6
-        expected = max([s for s in range(horizon) if steps.end(s) <= limit], default=-1)
+        expected = max([s for s in range(horizon) if due[s] <= micros], default=-1)
         for _ in range(2):  # computed, then cached
             assert fn._ready_through(Timestamp(micros=micros)) == expected
+    for s in range(horizon):
+        assert fn._ready_through(Timestamp(micros=due[s])) >= s
 
 
 def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():

@@ -107,30 +107,31 @@ class TruncateStreamingFn(beam.DoFn):
         self._flat = self.problem.flat_state()
 
     def _ready_through(self, fire: Timestamp) -> int:
-        """The last step a timer firing at `fire` processes: the largest s in [-1, T) whose
-        end + the allowed lateness is <= fire + 1 us (ends grow with s, so an event is ready
-        iff its step is <= it: the same test as comparing each event's end), cached per firing
-        time."""
-        micros = fire.micros - self.lateness
+        """The last step a firing at `fire` processes: the largest s in [-1, T) whose due time
+        (`_due`) is <= fire, in whole micros (due times grow with s: an event is ready iff its
+        step is <= it; floats 30 us apart by 2514 made a step never due), cached per firing."""
+        micros = fire.micros
         found = self._ready.get(micros)
         if found is None:
-            limit, end = float(micros) / 1e6 + MICRO, self.steps.end
-            low, high = -1, self.steps.horizon - 1  # end(low) <= limit (low = -1: none)
+            low, high = -1, self.steps.horizon - 1  # due(low) <= micros (low = -1: none)
             while low < high:
                 middle = (low + high + 1) // 2
-                if end(middle) <= limit:
+                if self._due(middle) <= micros:
                     low = middle
                 else:
                     high = middle - 1
             found = _cache(self._ready, micros, low)
         return found
 
+    def _due(self, step: int) -> int:
+        """Step's end + the allowed lateness in micros, whole ms: its step-end timer's due."""
+        return whole_ms(micros_of(self.steps.end(step)).micros + self.lateness)
+
     def _end(self, step: int) -> Timestamp:
-        """The step-end timer's armed time (`transforms.settle`; due at step's end + the
-        lateness, whole ms); cached."""
+        """The step-end timer's armed time (`transforms.settle`), cached."""
         found = self._ends.get(step)
-        return found if found is not None else _cache(self._ends, step, Timestamp(micros=armed(
-            whole_ms(micros_of(self.steps.end(step)).micros + self.lateness), self.steps)))
+        return found if found is not None else _cache(
+            self._ends, step, Timestamp(micros=armed(self._due(step), self.steps)))
 
     def _stamp(self, step: int) -> Timestamp:
         """The event time of a step's outputs (its end - 1 us), cached."""
