@@ -27,7 +27,7 @@ import math
 import time
 from typing import Callable, Iterable, List, Optional
 
-from transforms.settle import whole_ms
+from transforms.settle import SETTLE_MICROS, whole_ms
 
 SLACK_SECONDS = 10.0
 RECHECK_SECONDS = 0.05  # a blocked deadline's next check, at the soonest
@@ -107,7 +107,7 @@ def in_flight_before(evaluator, pulled, micros: int) -> bool:
     """Whether Beam's local runner has work behind `micros`: a message of the reader's pull
     `pulled` ((timestamp, message) pairs, not yet committed), an element older than it waiting
     in or being processed by another stage, a fired timer not yet finished, or an event-time
-    timer set before it (not fired yet)."""
+    timer set before it (not fired yet; not one armed for it, `transforms.settle`)."""
     if any(stamp.micros < micros for stamp, _ in pulled):
         return True
     from apache_beam.transforms.timeutil import TimeDomain
@@ -123,12 +123,14 @@ def in_flight_before(evaluator, pulled, micros: int) -> bool:
                 for value in bundle.get_elements_iterable():
                     if value.timestamp.micros < micros:
                         return True
+    armed = micros - SETTLE_MICROS  # a step timer armed for this deadline acts only at it
     for marks in stages:  # then every key's timers
         with marks._lock:
             for state in list(marks._keyed_states.values()):
                 for timers in list(state.timers.values()):
                     for (_, domain, _), stamp in list(timers.items()):
-                        if domain == TimeDomain.WATERMARK and stamp.micros < micros:
+                        if domain == TimeDomain.WATERMARK and stamp.micros < micros and \
+                                stamp.micros != armed:
                             return True
     return False
 
