@@ -27,7 +27,7 @@ import math
 import time
 from typing import Callable, Iterable, List, Optional
 
-from transforms.settle import SETTLE_MICROS, whole_ms
+from transforms.settle import SETTLE_MICROS, release_due, step_end_due
 
 SLACK_SECONDS = 10.0
 RECHECK_SECONDS = 0.05  # a blocked deadline's next check, at the soonest
@@ -92,14 +92,12 @@ class Pacer:
 
 
 def deadlines(steps, first: int, lateness_seconds: float, delay_steps: int) -> List[int]:
-    """The release's event-time deadlines from step `first` (micros, the timers' whole ms:
-    `transforms.settle.whole_ms`): each step's end + the allowed lateness (its contributions
+    """The release's event-time deadlines from step `first` (micros, the timers' own due times in
+    `transforms.settle`): each step's end + the allowed lateness (its contributions
     leave the unit stage) and each release time (the end of step s + delay_steps)."""
     lateness = int(round(lateness_seconds * 1e6))
-    ends = [whole_ms(int(round(steps.end(s) * 1e6)))
-            for s in range(first, steps.horizon + delay_steps)]
-    flushes = [whole_ms(int(round(steps.end(s) * 1e6)) + lateness)
-               for s in range(first, steps.horizon)]
+    ends = [release_due(steps, s, 0) for s in range(first, steps.horizon + delay_steps)]
+    flushes = [step_end_due(steps, s, lateness) for s in range(first, steps.horizon)]
     return ends + flushes
 
 

@@ -38,9 +38,9 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms.key_state import KeyState, advance, due_stop, other_key_type
 from transforms.messages import (DEAD_LETTER, KEYED, MICRO, FastStateCoder, Seed, StageOutput,
-                                 add_exact, dead_letter, micros_of)
+                                 add_exact, dead_letter)
 from transforms.release import RecordMaker, ReleaseConfig, key_text
-from transforms.settle import armed, is_armed_time, settle, whole_ms
+from transforms.settle import armed, release_due, settled_first
 from transforms.streams.records import Reason
 from transforms.validation import fail
 
@@ -74,8 +74,7 @@ class ReleaseBucketFn(beam.DoFn):
         self.maker = RecordMaker(self.config)
 
     def _release_micros(self, step: int) -> int:
-        end = self.config.steps.end(step + self.config.release_delay_steps)
-        return whole_ms(micros_of(end).micros)
+        return release_due(self.config.steps, step, self.config.release_delay_steps)
 
     def process(self, element, progress=beam.DoFn.StateParam(PROGRESS),
                 pending=beam.DoFn.StateParam(PENDING), timer=beam.DoFn.TimerParam(RELEASE)):
@@ -104,10 +103,9 @@ class ReleaseBucketFn(beam.DoFn):
                 pending=beam.DoFn.StateParam(PENDING), timer=beam.DoFn.TimerParam(RELEASE),
                 retry=beam.DoFn.TimerParam(RETRY)):
         steps = self.config.steps
-        if is_armed_time(fire.micros, lambda s: armed(self._release_micros(s), steps), steps,
-                         self.config.release_delay_steps * steps.size):
-            settle(timer, fire.micros)  # release at the second firing (`transforms.settle`)
-            return
+        if settled_first(timer, fire.micros, lambda s: armed(self._release_micros(s), steps),
+                         steps, self.config.release_delay_steps * steps.size):
+            return  # released at the second firing (`transforms.settle`)
         yield from self._release(fire.micros, progress, keys, pending, timer, retry)
 
     @on_timer(RETRY)

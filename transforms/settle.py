@@ -32,12 +32,24 @@ from typing import Callable
 
 from apache_beam.utils.timestamp import Timestamp
 
+from transforms.messages import micros_of
+
 SETTLE_MICROS = 1000  # 1 ms: the finest time a Java runner's timer keeps
 
 
 def whole_ms(micros: int) -> int:
     """`micros` rounded up to a whole millisecond: a step's due time."""
     return -(-micros // 1000) * 1000
+
+
+def step_end_due(steps, step: int, lateness_micros: int) -> int:
+    """A unit's step-end timer's due time (micros, whole ms): step's end + the lateness."""
+    return whole_ms(micros_of(steps.end(step)).micros + lateness_micros)
+
+
+def release_due(steps, step: int, delay_steps: int) -> int:
+    """A release timer's due time (micros, whole ms): the end of `step + delay_steps`."""
+    return whole_ms(micros_of(steps.end(step + delay_steps)).micros)
 
 
 def settles(steps) -> bool:
@@ -66,3 +78,13 @@ def is_armed_time(fire: int, armed_of: Callable[[int], int], steps,
 def settle(timer, fire: int) -> None:
     """A first firing's only work: the timer again, at the due time it was armed for."""
     timer.set(Timestamp(micros=fire + SETTLE_MICROS))
+
+
+def settled_first(timer, fire: int, armed_of: Callable[[int], int], steps,
+                  after_end_seconds: float) -> bool:
+    """Whether a firing at `fire` (micros) was a step timer's first (`is_armed_time`); if so
+    it has been settled (`settle`) and the caller acts on nothing."""
+    if is_armed_time(fire, armed_of, steps, after_end_seconds):
+        settle(timer, fire)
+        return True
+    return False

@@ -32,8 +32,7 @@ from apache_beam.utils.timestamp import Timestamp
 from transforms import stages
 from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
                                  FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
-                                 add_exact, count_dropped, dead_letter, delta_of, micros_of,
-                                 partials_struct)
+                                 add_exact, count_dropped, dead_letter, delta_of, partials_struct)
 from transforms.key_state import due_stop
 from transforms.release import RecordMaker, ReleaseConfig, key_text
 from transforms.steps import TimeSteps
@@ -43,7 +42,7 @@ from transforms.validation import fail
 from transforms.claims import guarded
 from transforms.stream_checkpoint import UnitLog
 from transforms.selecting import ReleaseSelected
-from transforms.settle import armed, is_armed_time, settle, whole_ms
+from transforms.settle import armed, release_due, settled_first, step_end_due
 
 _NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
 KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
@@ -125,7 +124,7 @@ class TruncateStreamingFn(beam.DoFn):
 
     def _due(self, step: int) -> int:
         """Step's end + the allowed lateness in micros, whole ms: its step-end timer's due."""
-        return whole_ms(micros_of(self.steps.end(step)).micros + self.lateness)
+        return step_end_due(self.steps, step, self.lateness)
 
     def _end(self, step: int) -> Timestamp:
         """The step-end timer's armed time (`transforms.settle`), cached."""
@@ -180,10 +179,9 @@ class TruncateStreamingFn(beam.DoFn):
               buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
               progress=beam.DoFn.StateParam(PROGRESS),
               timer=beam.DoFn.TimerParam(STEP_END)):
-        if is_armed_time(fire.micros, lambda s: self._end(s).micros, self.steps,
+        if settled_first(timer, fire.micros, lambda s: self._end(s).micros, self.steps,
                          self.lateness / 1e6):
-            settle(timer, fire.micros)  # close the step at the second firing
-            return
+            return  # the step closes at the second firing
         through = self._ready_through(fire)
         current = progress.read()
         done, earliest, held = _NOTHING_BUFFERED if current is None else current
@@ -361,7 +359,7 @@ class ReleaseStreamingFn(beam.DoFn):
         found = self._times.get(step)
         if found is None:
             steps = self.config.steps
-            due = whole_ms(micros_of(steps.end(step + self.config.release_delay_steps)).micros)
+            due = release_due(steps, step, self.config.release_delay_steps)
             found = _cache(self._times, step, (Timestamp.of(steps.end(step) - MICRO),
                                                Timestamp(micros=armed(due, steps)), due))
         return found
@@ -421,9 +419,8 @@ class ReleaseStreamingFn(beam.DoFn):
         drain; a worker's clock lagging the event times) is held: `retry` re-checks it on the
         wall clock at its release time."""
         steps = self.config.steps
-        if is_armed_time(fire.micros, lambda s: self._step_times(s)[1].micros, steps,
+        if settled_first(timer, fire.micros, lambda s: self._step_times(s)[1].micros, steps,
                          self.config.release_delay_steps * steps.size):
-            settle(timer, fire.micros)
             return
         yield from self._release(key, fire.micros, state, timer, retry)
 
