@@ -568,3 +568,19 @@ def test_popcount_with_and_without_numpy_bitwise_count(monkeypatch):
     mechanism = make("smooth_binary", 1000, epsilon=1.0, seed=0)
     assert mechanism.balanced(np.int64(17)).shape == () and int(mechanism.balanced(17)) == int(
         mechanism._balanced_bitwise(np.array([17]))[0])
+
+
+@pytest.mark.parametrize("name,params", [("binary_tree", {}), ("kary_tree", {"k": 4}),
+                                         ("kary_subtraction", {"k": 5}),
+                                         ("kary_subtraction", {"k": 19})])
+def test_data_free_nodes_are_a_suffix_of_each_level_and_its_first_is_found(name, params):
+    """The batch path prunes only rows from the first data-free node on (`_first_free_node`):
+    that is right only if no node before it is free and every node after it is."""
+    for horizon in (1, 2, 7, 19, 64, 65, 361, 1000, 4097):
+        mechanism = make(name, horizon, epsilon=1.0, seed=0, **params)
+        for level in range(mechanism.height):
+            nodes = np.arange(-3, 2 * mechanism.arity ** (mechanism.height - level) + 3)
+            free = mechanism.data_free(level, nodes)
+            first = mechanism._first_free_node(level)
+            assert free[nodes >= first].all() and not free[nodes < first].any()
+            assert first <= nodes[-1]  # a level ends with free nodes (its tree passes T)

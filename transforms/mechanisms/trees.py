@@ -227,12 +227,23 @@ class TreeMechanism(StepPlans, ContinualMechanism):
             usable = np.vstack([np.zeros((generated_first - first_row, k - 1)), usable])
         unused = self.unused_child
         columns = [None if c == unused else usable[:, c - (c > unused)] for c in range(k)]
-        if self.prune and ((first_row + rows) * k - 1) * k ** level >= self.horizon:
-            nodes = np.arange(first_row * k, (first_row + rows) * k, dtype=np.int64)
-            keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(rows, k)
-            columns = [None if col is None else col * keep[:, c]
-                       for c, col in enumerate(columns)]
         grid = np.zeros((groups, k))
+        self._fill_grid(grid, columns, signed)
+        free = self._first_free_node(level) // k - first_row if self.prune else rows
+        if free < rows:  # rows from `free` on hold pruned nodes: their grid rows again, pruned
+            tail = max(free - (1 if low < 0 else 0), 0)  # the first grid row reading them
+            nodes = np.arange((first_row + tail) * k, (first_row + rows) * k, dtype=np.int64)
+            keep = (~self.data_free(level, nodes)).astype(np.float64).reshape(rows - tail, k)
+            self._fill_grid(grid[tail:], [None if col is None else col[tail:] * keep[:, c]
+                                          for c, col in enumerate(columns)], signed)
+        start = lo - (lo // k) * k
+        return grid.ravel()[start:start + hi - lo + 1]
+
+    def _fill_grid(self, grid, columns, signed) -> None:
+        """grid[g, d - low] = the prefix (d > 0) or suffix (d < 0) sum of parent row g's
+        children for digit d, the same sequential additions as a cumsum, computed only for the
+        digits that occur (a grid row reads column rows g and g + 1 when digits go negative)."""
+        k, low = self.arity, self.digit_low
         running = None
         for digit in range(1, low + k):  # d > 0: first d children of the parent
             column = columns[digit - 1][1:] if low < 0 else columns[digit - 1]
@@ -243,8 +254,27 @@ class TreeMechanism(StepPlans, ContinualMechanism):
             column = columns[k + digit][:-1]
             running = column if running is None else running + column
             grid[:, digit - low] = -running if signed else running
-        start = lo - (lo // k) * k
-        return grid.ravel()[start:start + hi - lo + 1]
+
+    def _first_free_node(self, level: int) -> int:
+        """The first node of `level` holding no data leaf (`data_free`, a suffix of the level's
+        nodes: tested), by doubling then bisection, cached. Exists so the batch path prunes
+        only the rows that hold such nodes."""
+        key = ("first_free_node", level)
+        found = self._cache.get(key)
+        if found is None:
+            def free(node):
+                return bool(self.data_free(level, np.array([node], dtype=np.int64))[0])
+            low, high = 0, 1
+            while not free(high):  # a node past the horizon is free: this ends
+                low, high = high + 1, 2 * high
+            while low < high:
+                middle = (low + high) // 2
+                if free(middle):
+                    high = middle
+                else:
+                    low = middle + 1
+            found = self._cache[key] = low
+        return found
 
     def _steps(self, start: int, count: int) -> np.ndarray:
         return np.arange(start + 1, start + count + 1, dtype=np.int64)
