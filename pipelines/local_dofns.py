@@ -18,9 +18,11 @@ other DoFns keep the runner's behaviour. A kept DoFn still gets `start_bundle` a
 from __future__ import annotations
 
 import threading
+import weakref
 
 OURS = ("transforms.", "pipelines.")  # the modules whose DoFns are kept between bundles
 _KEPT = "_dp_kept"  # marks a kept copy (an attribute of the copy, never of the original)
+_REMEMBERED_OBJECTS = 4096  # DoFn objects whose specs are remembered at once (then forgotten)
 
 
 def _kept(do_fn) -> bool:
@@ -69,18 +71,43 @@ def install() -> None:
             found = do_fn.__dict__["_dp_signature"] = signature_class(do_fn)
         return found
 
-    from apache_beam.transforms import userstate
-    specs_of, specs = userstate.get_dofn_specs, {}
-
-    def get_dofn_specs(do_fn):  # (state specs, timer specs), new sets each call as Beam's
-        if not type(do_fn).__module__.startswith(OURS):
-            return specs_of(do_fn)
-        found = specs.get(type(do_fn))
-        if found is None:
-            found = specs[type(do_fn)] = specs_of(do_fn)
-        return set(found[0]), set(found[1])
-
     te.pickler = KeepingPickler()
     common.DoFnSignature = signature
-    userstate.get_dofn_specs = te.get_dofn_specs = get_dofn_specs
+    remember_specs()
     te._dp_kept_dofns = True
+
+
+def remember_specs() -> None:
+    """Idempotent: Beam finds a DoFn's state and timer specs (`userstate.get_dofn_specs`) by
+    inspecting the signature of every method it has, again at each of about 8 calls per DoFn
+    while a pipeline is built, translated and run (a measurable share of a small scheduled
+    run's CPU). Here they are found once per DoFn object, and once per
+    class for the project's DoFns (their specs are their class's methods' defaults; Beam's
+    local streaming runner unpickles a fresh copy at every bundle). Same answer as Beam's:
+    `tests/pipelines/test_local_dofns.py` compares them for every DoFn of the bundled jobs."""
+    from apache_beam.runners.direct import transform_evaluator as te
+    from apache_beam.transforms import userstate
+    if getattr(userstate, "_dp_remembered", False):
+        return
+    specs_of, by_class, by_object = userstate.get_dofn_specs, {}, {}
+
+    def get_dofn_specs(do_fn):  # (state specs, timer specs), new sets each call as Beam's
+        if type(do_fn).__module__.startswith(OURS):
+            found = by_class.get(type(do_fn))
+            if found is None:
+                found = by_class[type(do_fn)] = specs_of(do_fn)
+            return set(found[0]), set(found[1])
+        try:
+            alive = weakref.ref(do_fn)
+        except TypeError:
+            return specs_of(do_fn)
+        found = by_object.get(id(do_fn))
+        if found is None or found[0]() is not do_fn:  # (an id reused by a newer object)
+            if len(by_object) >= _REMEMBERED_OBJECTS:
+                by_object.clear()
+            found = by_object[id(do_fn)] = (alive, specs_of(do_fn))
+        return set(found[1][0]), set(found[1][1])
+
+    get_dofn_specs.beams = specs_of  # Beam's own, for the tests
+    userstate.get_dofn_specs = te.get_dofn_specs = get_dofn_specs
+    userstate._dp_remembered = True

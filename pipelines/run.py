@@ -122,6 +122,7 @@ def build_release(pipeline, job: job_config.JobConfig, transform, staging, ledge
 
 
 def main(argv=None) -> int:
+    local_dofns.remember_specs()  # Beam's lookup of a DoFn's state and timers, once per DoFn
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True,

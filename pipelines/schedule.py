@@ -64,7 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as job_config
-from pipelines import budget, engines, gate, io, logs, remote, storage
+from pipelines import budget, engines, gate, io, local_dofns, logs, remote, storage
 from pipelines import run as job_run
 from pipelines.checkpoints import (COMMITS, COMMITTED, LEDGER, NEW_STATE_DIRECTORY,
                                    ConcurrentRun, check_ledger, create_if_absent,
@@ -144,6 +144,7 @@ def started_noise_version(ledger: dict) -> Optional[str]:
 
 def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict:
     """One scheduled run; returns a summary dict (steps released before/after, folders)."""
+    local_dofns.remember_specs()  # Beam's lookup of a DoFn's state and timers, once per DoFn
     job = job_config.load(config_path)
     io.check_bounded_options(beam_args, job)
     runner = engines.runner_of(list(beam_args))

@@ -7,6 +7,8 @@ import logging
 
 import pytest
 
+from pipelines import local_dofns
+
 pytest_plugins = ["tests.support.pubsub"]  # the `emulator` fixture (the local Pub/Sub emulator)
 
 # the quick tier (`python3 -m pytest -m "quick and not slow"`, about 2 minutes on 2 cores): the
@@ -22,6 +24,12 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::", 1)[0]
         if path.startswith(QUICK) or ("tests/" + path).startswith(QUICK):
             item.add_marker(pytest.mark.quick)
+
+
+def pytest_configure(config):
+    """Pipelines built by tests find Beam's DoFn specs as the jobs do (`pipelines.run` and
+    `pipelines.schedule` call this first; `tests/pipelines/test_local_dofns.py` checks it)."""
+    local_dofns.remember_specs()
 
 
 @pytest.fixture(autouse=True)

@@ -73,3 +73,38 @@ def test_a_project_dofns_state_and_timer_specs_are_beams():
     assert {t.name for t in found[1]} == {"ts-release", "ts-retry"}
     assert userstate.get_dofn_specs(fn) == found and userstate.get_dofn_specs(fn)[0] is not \
         found[0]
+
+
+def _dofns(pipeline) -> list:
+    found = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, beam.ParDo):
+                found.append(node.transform.fn)
+
+    pipeline.visit(Visitor())
+    return found
+
+
+def test_remembered_specs_are_beams_for_every_dofn_of_the_bundled_jobs():
+    """`remember_specs` answers as Beam does for every DoFn of three bundled batch jobs (a
+    count distinct, a graph statistic, a mean: the project's DoFns, Beam's own, Maps of
+    lambdas), at every call; stateful ones among them."""
+    from apache_beam.transforms import userstate
+
+    from pipelines import config as job_config, run
+    local_dofns.remember_specs()
+    remembered, beams = userstate.get_dofn_specs, userstate.get_dofn_specs.beams
+    stateful = 0
+    for name in ("active_users", "friend_triangles", "mean_seconds"):
+        pipeline = beam.Pipeline()
+        run.build(pipeline, job_config.load(f"demo:{name}").replace(
+            secret=job_config.SecretSpec(seed=7, insecure=True)))
+        dofns = _dofns(pipeline)
+        assert len(dofns) > 10, name
+        for fn in dofns:
+            expected = beams(fn)
+            assert remembered(fn) == expected and remembered(fn) == expected, (name, fn)
+            stateful += bool(expected[0] or expected[1])
+    assert stateful >= 1  # (the batch jobs group by key: few stateful DoFns)
