@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import types
 
 import numpy as np
@@ -87,6 +88,28 @@ def mechanism_rows(args) -> None:
             print(f"  {name} at T = 2^{args.exponent}: {ours:.3f} s, numpy {numpy_s:.3f} s",
                   flush=True)
             row(f"{name} batch at T = 2^{args.exponent} / numpy Laplace", low, mid, goal)
+    low, mid = fft_floor(x, args.repeats)
+    print(f"  (context) sqrt_toeplitz's four FFTs alone (an rfft and an irfft of 2T points "
+          f"for each of its two convolutions) / numpy Laplace: {low:.2f}x / {mid:.2f}x",
+          flush=True)
+
+
+def fft_floor(x: np.ndarray, repeats: int):
+    """(min, median ratio): the square root's FFT work alone, timed alternately with numpy's
+    Laplace draws of as many values, as `bench_mechanisms.batch_ratio` times a release."""
+    size = 1 << (2 * x.shape[0] - 1).bit_length()
+    kernel = np.fft.rfft(x, size)
+    ffts, numpy_s = [], []
+    for i in range(repeats):
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            start = time.perf_counter()
+            if which == 0:
+                for _ in range(2):  # the data's exact convolution, then the noise's
+                    np.fft.irfft(kernel * np.fft.rfft(x, size), size)
+            else:
+                np.random.default_rng(i).laplace(size=x.shape[0])
+            (ffts if which == 0 else numpy_s).append(time.perf_counter() - start)
+    return min(ffts) / min(numpy_s), float(np.median(ffts) / np.median(numpy_s))
 
 
 def main(argv=None) -> int:

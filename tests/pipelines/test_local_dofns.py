@@ -108,3 +108,24 @@ def test_remembered_specs_are_beams_for_every_dofn_of_the_bundled_jobs():
             assert remembered(fn) == expected and remembered(fn) == expected, (name, fn)
             stateful += bool(expected[0] or expected[1])
     assert stateful >= 1  # (the batch jobs group by key: few stateful DoFns)
+
+
+class _Stateful(beam.DoFn):
+    BAG = beam.transforms.userstate.BagStateSpec("bag", beam.coders.VarIntCoder())
+
+    def process(self, element, bag=beam.DoFn.StateParam(BAG)):
+        yield element
+
+
+def test_a_dofn_given_methods_of_its_own_after_a_lookup_is_looked_up_again():
+    """Beam inspects a DoFn's own bound methods too: one given a stateful method after its
+    first lookup (a project DoFn or another) answers as Beam does, not as remembered."""
+    from apache_beam.transforms import userstate
+
+    from transforms.mean import JoinMeansFn
+    local_dofns.remember_specs()
+    remembered, beams = userstate.get_dofn_specs, userstate.get_dofn_specs.beams
+    for fn in (JoinMeansFn.__new__(JoinMeansFn), beam.DoFn()):
+        first = remembered(fn)
+        fn.extra = _Stateful().process
+        assert remembered(fn) == beams(fn) != first
