@@ -2,16 +2,17 @@
 and the published records against the batch job on the same events (not run in CI; needs
 `python3 -m pipelines.engines fetch`).
 
-    python3 benchmarks/bench_kafka.py [--rate 1000] [--keys 100] [--steps 10]
+    python3 benchmarks/bench_kafka.py [--rate 1000] [--keys 100] [--users 50000] [--steps 10]
                                       [--step-seconds 5] [--lateness 2] [--lead 45]
 
-A local Kafka broker (`pipelines.kafka_local`) gets `--rate` events/s over `--keys` public keys
-and 50,000 users, produced in batches every 20 ms at their event time (the record's Kafka
-timestamp), from step 0's start to the horizon's end. The job of `pipelines.run` reads a config
-with `input.kind: kafka` on Flink (the job server's embedded cluster, parallelism 2,
-checkpoints every 5 s). Prints the lag of each step (its publication time - (its end + the
-release delay)), the late dead letters, the job's CPU use (cores busy, start-up included), and
-whether the published records equal the batch job's on the events produced (same seed).
+A local Kafka broker (`pipelines.kafka_local`) gets `--rate` events/s over `--keys` public keys and
+`--users` users (default 50,000, taken in turn), produced in batches every 20 ms at their event
+time (the record's Kafka timestamp), from step 0's start to the horizon's end. The job of
+`pipelines.run` reads a config with `input.kind: kafka` on Flink (the job server's embedded
+cluster, parallelism 2, checkpoints every 5 s). Prints the lag of each step (its publication time -
+(its end + the release delay)), the late dead letters, the job's CPU use (cores busy, start-up
+included), and whether the published records equal the batch job's on the events produced (same
+seed).
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def config(folder: str, name: str, source: dict, origin: float, args) -> str:
     return path
 
 
-def produce(bootstrap: str, rate: float, keys: int, start: float, stop: float, job) -> list:
+def produce(bootstrap: str, rate: float, keys: int, users: int, start: float, stop: float,
+            job) -> list:
     """`rate` events/s from `start` to `stop`, in batches every 20 ms, each stamped with the
     time it is produced; -> the rows produced (all delivered, or an error)."""
     from confluent_kafka import Producer
@@ -68,7 +70,7 @@ def produce(bootstrap: str, rate: float, keys: int, start: float, stop: float, j
         if now >= stop:
             break
         while i < int((now - start) * rate):
-            row = {"user": f"u{i % 50_000}", "key": f"k{i % keys:05d}", "t": now}
+            row = {"user": f"u{i % users}", "key": f"k{i % keys:05d}", "t": now}
             producer.produce("events", value=json.dumps(row), timestamp=int(now * 1000),
                              on_delivery=lambda error, _: error and failed.append(error))
             rows.append(row)
@@ -85,6 +87,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--keys", type=int, default=100)
+    parser.add_argument("--users", type=int, default=50_000,
+                        help="units, taken in turn (fewer: more events per unit and step)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--step-seconds", type=float, default=5.0)
     parser.add_argument("--lateness", type=float, default=2.0,
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
         job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", path,
                                 "--runner", "FlinkRunner", *args.beam_arg], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        rows = produce(broker.bootstrap, args.rate, args.keys, origin,
+        rows = produce(broker.bootstrap, args.rate, args.keys, args.users, origin,
                        origin + args.step_seconds * args.steps, job)
         out, err = job.communicate(timeout=600)
         after, ran = resource.getrusage(resource.RUSAGE_CHILDREN), time.time() - launched
