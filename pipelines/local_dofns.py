@@ -44,7 +44,12 @@ def install() -> None:
     copies = {}  # (id of the original, thread) -> (the original, its kept copy)
 
     class KeepingPickler:
-        """`pickler` for the evaluator: `roundtrip` of a project DoFn returns its kept copy."""
+        """`pickler` for the evaluator: `roundtrip` of a project DoFn returns its kept copy.
+
+        What is unpickled here is only what Beam's evaluator itself round-trips: a DoFn object
+        of this process's pipeline graph, pickled by `pickler.roundtrip` a moment before in the
+        same call. No state, checkpoint, claim or other stored bytes are ever unpickled (a
+        bucket's files are read by their own coders and JSON)."""
 
         def __getattr__(self, name):
             return getattr(pickler, name)
