@@ -19,9 +19,10 @@ it on the local streaming runner.
 
 Prints
 - end to end: a TestStream through `ContinualCount` (binary tree) on the local streaming runner,
-  against a floor pipeline on the same stream (buffer per unit, release per key with a
+  against a floor pipeline on the same stream (buffer per bucket of units, release per key with a
   looping timer; no caps, no exact sums);
-- truncation (`TruncateStreamingFn`): us per event of `process` (buffering) and of the step-end
+- truncation (`stream_truncation.TruncateStreamingFn`, per bucket of units): us per event of
+  `process` (buffering) and of the step-end
   `flush` timer (the unit's machine, per event and per firing), against `FloorBufferFn`;
 - release (`ReleaseStreamingFn`) for every mechanism: us per step total in `process`, us per
   key-step release (the `release` timer, i.e. timer firings per second of DoFn CPU), the same
@@ -55,7 +56,9 @@ from apache_beam.utils.timestamp import Timestamp  # noqa: E402
 from transforms import ContinualCount, SecretRef, TimeSteps  # noqa: E402
 from transforms.mechanisms import NAMES  # noqa: E402
 from transforms.messages import StepTotal  # noqa: E402
-from transforms.streaming import ReleaseStreamingFn, TruncateStreamingFn  # noqa: E402
+from transforms.stream_truncation import TruncateStreamingFn  # noqa: E402
+from transforms.streaming import ReleaseStreamingFn  # noqa: E402
+from transforms.streams.columns import bucket_of  # noqa: E402
 
 ORIGIN = 1_700_000_000.0
 HOUR = 3600.0
@@ -176,8 +179,8 @@ class FloorBufferFn(beam.DoFn):
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
                 timer=beam.DoFn.TimerParam(STEP_END)):
-        buffer.add(element[1])
-        timer.set(Timestamp.of(self.steps.end(element[1][0])))
+        buffer.add(element[1][1])  # (bucket, (unit, event)): the event
+        timer.set(Timestamp.of(self.steps.end(element[1][1][0])))
 
     @on_timer(STEP_END)
     def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
@@ -231,31 +234,31 @@ def truncation_events(args, steps):
     key_ids = rng.integers(0, args.keys, args.events).tolist()
     micros = np.sort(rng.integers(int(ORIGIN * 1e6), int(steps.stop * 1e6),
                                   args.events)).tolist()
-    return [(u, (int((m / 1e6 - ORIGIN) // HOUR), m, (k, 1.0)))
+    return [(bucket_of(u), (u, (int((m / 1e6 - ORIGIN) // HOUR), m, (k, 1.0))))
             for u, k, m in zip(unit_ids, key_ids, micros)]
 
 
 def truncation_pass(fn, steps, events):
-    """One pass over `events` on fresh state: (process s, flush s, firings, outputs, state
-    bytes per unit)."""
+    """One pass over `events`, (bucket, (unit, event)), on fresh state: (process s, flush s,
+    firings, outputs, state bytes per bucket)."""
     states = {}
 
-    def state_of(unit):
-        found = states.get(unit)
+    def state_of(bucket):
+        found = states.get(bucket)
         if found is None:
             cells = Cells()
-            found = states[unit] = (cells, cells.bind(fn.process),
-                                    cells.bind(fn.flush, key=unit))
+            found = states[bucket] = (cells, cells.bind(fn.process),
+                                      cells.bind(fn.flush, key=bucket))
         return found
 
-    for unit, _ in events:  # cells made outside the timed loops
-        state_of(unit)
+    for bucket, _ in events:  # cells made outside the timed loops
+        state_of(bucket)
     process_s = flush_s = 0.0
     firings = outputs = 0
     # event time order, step by step: buffer a step's events, then fire the step-end timers
     by_step = {}
-    for unit, event in events:
-        by_step.setdefault(event[0], []).append((unit, event))
+    for bucket, pair in events:
+        by_step.setdefault(pair[1][0], []).append((bucket, pair))
     for step in range(steps.horizon):
         # the fakes' bookkeeping (finding a unit's cells, clearing its fired timer) is done
         # outside the timed loops: only the DoFn's calls are timed
@@ -265,7 +268,7 @@ def truncation_pass(fn, steps, events):
             drain(fn.process(element, **kwargs))
         process_s += time.process_time() - start
         fire = Timestamp(micros=int(round(steps.end(step) * 1e6)))
-        due = [state_of(unit) for unit in {unit for unit, _ in by_step.get(step, [])}]
+        due = [state_of(bucket) for bucket in {bucket for bucket, _ in by_step.get(step, [])}]
         for cells, _, _ in due:
             cells.clear_timers()
         start = time.process_time()
@@ -273,8 +276,8 @@ def truncation_pass(fn, steps, events):
             outputs += drain(fn.flush(fire=fire, **flush))
         flush_s += time.process_time() - start
         firings += len(due)
-    unit_bytes = float(np.mean([cells.size() for cells, _, _ in states.values()]))
-    return process_s, flush_s, firings, outputs, unit_bytes
+    bucket_bytes = float(np.mean([cells.size() for cells, _, _ in states.values()]))
+    return process_s, flush_s, firings, outputs, bucket_bytes
 
 
 def truncation(args):
@@ -291,12 +294,12 @@ def truncation(args):
         found = truncation_pass(floor, steps, events)
         floor_best = found if floor_best is None else [min(a, b)
                                                         for a, b in zip(floor_best, found)]
-    process_s, flush_s, firings, outputs, unit_bytes = best
+    process_s, flush_s, firings, outputs, bucket_bytes = best
     n = len(events)
     total = (process_s + flush_s) / n * 1e6
     floor_total = (floor_best[0] + floor_best[1]) / n * 1e6
-    print(f"truncation (count, caps 2 keys x 2): {n} events, {len({u for u, _ in events})} "
-          f"units, {args.steps} steps; best of {args.repeat} passes")
+    print(f"truncation (count, caps 2 keys x 2): {n} events, {len({p[0] for _, p in events})} "
+          f"units in {len({b for b, _ in events})} buckets, {args.steps} steps; best of {args.repeat} passes")
     print(f"  process (buffer an event)      {process_s / n * 1e6:7.1f} us/event "
           f"(floor {floor_best[0] / n * 1e6:.1f})")
     print(f"  step-end flush (the machine)   {flush_s / n * 1e6:7.1f} us/event, "
@@ -305,7 +308,7 @@ def truncation(args):
           f"{floor_best[1] / n * 1e6:.1f} us/event)")
     print(f"  total                          {total:7.1f} us/event = {total / floor_total:.2f}x "
           f"the floor ({floor_total:.1f} us/event: buffer, emit, no truncation); {outputs} "
-          f"outputs; state {unit_bytes:.0f} bytes per unit after the horizon")
+          f"outputs; state {bucket_bytes:.0f} bytes per bucket after the horizon")
 
 
 def release_pass(fn, keys, order, values, message):
@@ -389,20 +392,21 @@ class Tally(beam.DoFn):
 
 
 class _FloorEvent(beam.DoFn):
-    """(unit, key) at time ts -> (unit, (step, micros, (key, 1.0))), as AssignSteps keys it."""
+    """(unit, key) at time ts -> (bucket, (unit, (step, micros, (key, 1.0)))), as AssignSteps
+    and the truncation's `ByBucket` key it."""
 
     def __init__(self, steps):
         self.steps = steps
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
         step = self.steps.step_of(float(timestamp))
-        yield element[0], (step, timestamp.micros, (element[1], 1.0))
+        yield bucket_of(element[0]), (element[0], (step, timestamp.micros, (element[1], 1.0)))
 
 
 def end_to_end(args):
     """The whole streaming job on the local streaming runner (TestStream: Beam's
     BundleBasedDirectRunner, BEAM_NOTES.md), against a floor pipeline on the same stream in
-    the same run: FloorBufferFn per unit, then FloorReleaseFn per key with a looping timer
+    the same run: FloorBufferFn per bucket of units, then FloorReleaseFn per key with a looping timer
     (no caps, no exact sums, no public-key filter, no dead letters). CPU seconds of this
     process (the runner runs in it), best of `args.repeat`."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions

@@ -14,7 +14,7 @@ from apache_beam.transforms.window import TimestampedValue
 from tests.support.beam import AppendJson, read_json_lines, run
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.messages import KEYED
-from transforms.streaming import TruncateStreaming
+from transforms.stream_truncation import TruncateStreaming
 from transforms.streams import ContributionBounds
 from transforms.streams.units import CountProblem
 
@@ -106,9 +106,10 @@ def test_no_dofn_of_the_plugin_mixes_yield_and_return_in_process():
     import transforms.bounded
     import transforms.mean
     import transforms.sinks
+    import transforms.stream_truncation
     import transforms.streaming
     modules = (transforms.arrow_input, transforms.assign, transforms.bounded, transforms.mean,
-               transforms.sinks, transforms.streaming)
+               transforms.sinks, transforms.stream_truncation, transforms.streaming)
     fns = [cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
            if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__]
     assert len(fns) >= 8

@@ -1,228 +1,32 @@
 """The streaming DoFns' fast paths (issue 14) give the reference results, bit for bit.
 
-`TruncateStreamingFn` and `ReleaseStreamingFn` are called directly with fake Beam state that
-encodes on every write and decodes on every read with the DoFns' own coders (as Beam's state
-does); the tree mechanisms' scalar step (`_unit_noise_one`, by cached node plans and block
+`ReleaseStreamingFn` (and `TruncateStreamingFn` where a test needs both) is called directly
+with fake Beam state (`tests.support.fake_state`); the tree mechanisms' scalar step (`_unit_noise_one`, by cached node plans and block
 views) is checked against the vectorised `_unit_noise`.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import random
 import struct
 
-import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.transforms.userstate import BagStateSpec
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import ContinualCount, SecretRef, TimeSteps
 from transforms.mechanisms import ConstantNoiseSource, make
 from transforms.messages import DEAD_LETTER, Delta, Seed, StepTotal
-from transforms.settle import SETTLE_MICROS, whole_ms
-from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn, TruncateStreamingFn
-from transforms.streams.units import sorted_payloads
-from transforms.streams import ContributionBounds, count_distinct
-from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem,
-                                      TriangleProblem, advance_unit, steps_to_run)
+from transforms.settle import SETTLE_MICROS
+from tests.support.fake_state import Cells, Timer, fired
+from transforms.stream_truncation import TruncateStreamingFn
+from transforms.streaming import ReleaseStateCoder, ReleaseStreamingFn
+from transforms.streams import ContributionBounds
+from transforms.streams.units import CountProblem, advance_unit, steps_to_run
 
 ORIGIN, SIZE, HORIZON = 1_700_000_000.0, 60.0, 9
 STEPS = TimeSteps(ORIGIN, SIZE, HORIZON)
-
-
-class Value:
-    def __init__(self, coder):
-        self.coder, self.data = coder, None
-
-    def read(self):
-        return None if self.data is None else self.coder.decode(self.data)
-
-    def write(self, value):
-        self.data = self.coder.encode(value)
-
-    def clear(self):
-        self.data = None
-
-
-class Bag:
-    def __init__(self, coder):
-        self.coder, self.data = coder, []
-
-    def add(self, value):
-        self.data.append(self.coder.encode(value))
-
-    def read(self):
-        return [self.coder.decode(d) for d in self.data]
-
-    def clear(self):
-        self.data = []
-
-
-class Timer:
-    def __init__(self):
-        self.time = None
-
-    def set(self, when):
-        self.time = when
-
-    def clear(self):
-        self.time = None
-
-
-class Cells:
-    """One key's state cells and timer, bound to a DoFn method by its parameter defaults."""
-
-    def __init__(self):
-        self.cells, self.timer = {}, Timer()
-
-    def bind(self, method, **given):
-        kwargs = {}
-        for name, param in inspect.signature(method).parameters.items():
-            default = param.default
-            spec = getattr(default, "state_spec", None)
-            if spec is not None:
-                kind = Bag if isinstance(spec, BagStateSpec) else Value
-                kwargs[name] = self.cells.setdefault(spec.name, kind(spec.coder))
-            elif getattr(default, "timer_spec", None) is not None:
-                kwargs[name] = self.timer
-            elif default is beam.DoFn.KeyParam:
-                kwargs[name] = given["key"]
-            elif default is beam.DoFn.TimestampParam and "fire" in given:
-                kwargs[name] = given["fire"]
-        return kwargs
-
-
-def fired(method, cells: Cells, key) -> list:
-    """A step timer's two firings (`transforms.settle`): the first, at its armed time, only
-    re-arms it at its due time, 1 ms later; the second's output."""
-    first = cells.timer.time
-    assert list(method(**cells.bind(method, key=key, fire=first)) or []) == []
-    assert cells.timer.time.micros == first.micros + SETTLE_MICROS
-    return list(method(**cells.bind(method, key=key, fire=cells.timer.time)) or [])
-
-
-def problems():
-    return {
-        "count": CountProblem(ContributionBounds(3, 2, 2)),
-        "count_many": CountProblem(ContributionBounds(50, 7, 5)),
-        "sum_fractional": CountProblem(ContributionBounds(5, 3, 2, max_value=2.5),
-                                       with_value=True),
-        "distinct": EntityProblem(count_distinct(3), max_keys_per_unit=2),
-        "degree": DegreeProblem(3),
-        "triangles": TriangleProblem(max_degree=3, max_contribution=4),
-    }
-
-
-def element(name, rng):
-    key = rng.choice(["a", "b", 3, ("g", 1)])
-    if name.startswith("count"):
-        return (rng.choice(["u", "v", 7]), key)
-    if name.startswith("sum"):
-        return (rng.choice(["u", "v"]), key,
-                rng.choice([0.1, 0.7, 1.0, 2.4999, 3.7, 1e-17, -1.0, 0.30000000000000004]))
-    if name == "distinct":
-        return (rng.choice("+-"), rng.choice(["i", "j"]), key)
-    a, b = rng.sample(range(5), 2)
-    return (rng.choice("++-"), (a, b))
-
-
-@pytest.mark.parametrize("name", sorted(problems()))
-@pytest.mark.parametrize("seed,count", [(0, 120), (1, 120), (2, 30), (3, 30), (4, 12)])
-def test_streaming_truncation_equals_advance_unit(name, seed, count):
-    """Events arrive out of order (some early, some late), step-end timers fire when the
-    watermark passes them; what each unit emits equals `advance_unit` over the events it
-    accepted, and a late event is a dead letter (few events: mostly one per flush)."""
-    rng = random.Random(seed)
-    problem = problems()[name]
-    fn = TruncateStreamingFn(problem, STEPS, name == "count")  # diagnostics: metrics too
-    fn.setup()
-    events = []
-    for _ in range(count):
-        parsed, _ = problem.parse(element(name, rng))
-        step = rng.randrange(HORIZON)
-        micros = int(round((ORIGIN + step * SIZE) * 1e6)) + rng.choice([0, 0, 7, 999])
-        events.append((parsed.unit, (step, micros, parsed.payload)))
-    arrivals = {}
-    for unit, event in events:
-        # two steps after its own (`transforms.settle`: its step closes at the watermark's
-        # first move past its end, and a step's events arriving with that move are on time)
-        arrivals.setdefault(max(0, event[0] - rng.randrange(3) + 2 * (rng.random() < 0.15)),
-                            []).append((unit, event))
-    cells, accepted, emitted, late = {}, {}, {}, 0
-    for watermark in range(HORIZON + 2):  # the last: the end of input (+inf)
-        for unit, event in arrivals.get(watermark, []):
-            unit_cells = cells.setdefault(unit, Cells())
-            out = list(fn.process((unit, event), **unit_cells.bind(fn.process)) or [])
-            if out:
-                assert out[0].tag == DEAD_LETTER and "late" in out[0].value["reason"]
-                late += 1
-            else:
-                accepted.setdefault(unit, []).append(event)
-        limit = int(round(STEPS.end(watermark) * 1e6)) if watermark < HORIZON else 1 << 62
-        while True:
-            due = sorted((c.timer.time.micros, repr(u), u) for u, c in cells.items()
-                         if c.timer.time is not None and c.timer.time.micros <= limit)
-            if not due:
-                break
-            micros, _, unit = due[0]
-            unit_cells = cells[unit]
-            unit_cells.timer.clear()
-            for item in fn.flush(fire=Timestamp(micros=micros),
-                                 **unit_cells.bind(fn.flush, key=unit)):
-                emitted.setdefault(unit, []).append(item)
-    assert late > 0 or count < 100
-    for unit, unit_events in accepted.items():
-        by_step = sorted_payloads(unit_events)
-        reference = advance_unit(problem, unit, problem.init_state(), by_step,
-                                 steps_to_run(problem, by_step, 0, max(by_step) + 1))
-        expected = [(((key, step), Delta(value)), int(round(STEPS.end(step) * 1e6)) - 1)
-                    for key, step, value in reference.contributions]
-        if reference.halt is not None:
-            expected.append((((unit, reference.halt.step), Delta(halt=True)),
-                             int(round(STEPS.end(reference.halt.step) * 1e6)) - 1))
-        got = [(item.value, item.timestamp.micros) for item in emitted.get(unit, [])
-               if not isinstance(item, beam.pvalue.TaggedOutput)]
-        assert got == expected
-        for (_, delta), _ in got:  # the same floats, bit for bit
-            assert type(delta) is Delta
-        for ((_, ref), _), ((_, new), _) in zip(expected, got):
-            assert struct.pack("<d", ref.value) == struct.pack("<d", new.value)
-
-
-def test_a_unit_flushed_before_its_events_step_end_keeps_them():
-    """A firing before the buffered events' step end (a runner may fire a timer set for an
-    earlier step) emits nothing and keeps them, held in the progress cell or in the bag;
-    their own firing then truncates them as `advance_unit` does."""
-    problem = CountProblem(ContributionBounds(3, 2, 2))
-    for events in ([(4, ("a", 1.0))], [(4, ("a", 1.0)), (4, ("b", 1.0)), (6, ("a", 1.0))]):
-        fn = TruncateStreamingFn(problem, STEPS, False)
-        fn.setup()
-        cells = Cells()
-        for step, payload in events:
-            micros = int(round(STEPS.start(step) * 1e6))
-            assert not list(fn.process(("u", (step, micros, payload)),
-                                       **cells.bind(fn.process)) or [])
-        for _ in range(2):  # a stale firing at step 2's armed time settles; its second keeps
-            fire = cells.timer.time  # them
-            stale = Timestamp(micros=int(round(STEPS.end(2) * 1e6)) - SETTLE_MICROS)
-            assert list(fn.flush(fire=stale, **cells.bind(fn.flush, key="u"))) == []
-            assert cells.timer.time.micros == stale.micros + SETTLE_MICROS
-            assert list(fn.flush(fire=cells.timer.time, **cells.bind(fn.flush, key="u"))) == []
-            assert cells.timer.time == fire
-        got = []
-        for step in sorted({step for step, _ in events}):  # armed 1 ms before each step end
-            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)) - SETTLE_MICROS)
-            assert cells.timer.time == fire
-            got += [item.value for item in fired(fn.flush, cells, "u")]
-        by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
-        reference = advance_unit(problem, "u", problem.init_state(), by_step,
-                                 steps_to_run(problem, by_step, 0, 7))
-        assert got == [((key, step), Delta(value))
-                       for key, step, value in reference.contributions]
-        assert len(got) == len(events)
 
 
 def test_fast_state_coder_is_fast_primitives_bit_for_bit():
@@ -262,32 +66,6 @@ def test_release_state_coder_round_trips_exactly():
                    [struct.pack("<d", v) for v in partials]
 
 
-def test_an_event_seen_after_its_steps_first_firing_is_on_time():
-    """Beam's Python SDK runs a data-plane message's timers before its data, so a unit's
-    step-end firing can come before an on-time event the runner received ahead of it. That
-    firing only settles (`transforms.settle`): the event is kept and truncated with its step
-    at the second firing, as the same events in order; an event after that one is late."""
-    problem = CountProblem(ContributionBounds(3, 2, 2))
-    fn = TruncateStreamingFn(problem, STEPS, False)
-    fn.setup()
-    cells = Cells()
-    at = int(round(STEPS.start(1) * 1e6))
-    events = [(1, at, ("a", 1.0)), (1, at + 5, ("b", 1.0))]
-    assert not list(fn.process(("u", events[0]), **cells.bind(fn.process)) or [])
-    due = cells.timer.time
-    assert list(fn.flush(fire=due, **cells.bind(fn.flush, key="u"))) == []  # the firing first
-    assert not list(fn.process(("u", events[1]), **cells.bind(fn.process)) or [])  # its data
-    got = [item.value for item in fn.flush(fire=cells.timer.time,
-                                           **cells.bind(fn.flush, key="u"))]
-    by_step = sorted_payloads(events)
-    reference = advance_unit(problem, "u", problem.init_state(), by_step,
-                             steps_to_run(problem, by_step, 0, 2))
-    assert got == [((key, step), Delta(value)) for key, step, value in reference.contributions]
-    assert len(got) == 2
-    late = list(fn.process(("u", (1, at + 9, ("c", 1.0))), **cells.bind(fn.process)))
-    assert late[0].tag == DEAD_LETTER and "late: step 1" in late[0].value["reason"]
-
-
 def test_a_total_seen_after_its_release_times_first_firing_is_released():
     """The same order at the release stage: a step total the runner sent before the watermark
     that fired the release timer, seen after that firing, is in the step's record (equal to one
@@ -322,15 +100,15 @@ def test_step_timers_are_due_at_whole_ms_so_a_runner_in_ms_fires_them_on_time():
     cells = Cells()
     for step in (0, 4, 8):
         at = int(round(steps.start(step) * 1e6)) + 1
-        assert not list(fn.process(("u", (step, at, ("a", 1.0))), **cells.bind(fn.process))
-                        or [])
+        assert not list(fn.process((0, ("u", (step, at, ("a", 1.0)))),
+                                   **cells.bind(fn.process)) or [])
         out = []
         for firing in (0, 1):  # armed 1 ms before the due time, then at it; in ms, as a
             at = cells.timer.time.micros  # runner hands them back
             assert at % 1000 == 0
             assert at + (1 - firing) * SETTLE_MICROS >= steps.end(step) * 1e6 + 10_700
             out = list(fn.flush(fire=Timestamp(micros=at // 1000 * 1000),
-                                **cells.bind(fn.flush, key="u")))
+                                **cells.bind(fn.flush)))
         assert [item.value for item in out] == [(("a", step), Delta(1.0))]
     transform = ContinualCount(steps=steps, public_keys=["a"], epsilon=1.0,
                                mechanism="binary_tree", secret=SecretRef(literal=b"perf"),
@@ -633,33 +411,6 @@ def test_a_release_timer_without_its_state_fails_closed():
     cells.cells["release_state"].clear()
     with pytest.raises(RuntimeError, match="without its sealed state"):
         fired(fn.release, cells, "a")
-
-
-@pytest.mark.parametrize("origin,size,horizon,lateness", [
-    (ORIGIN, SIZE, HORIZON, 0.0), (0.0, 0.1, 50, 2.0), (1e9 + 0.3, 1 / 3, 40, 0.0107),
-    (-5.5, 7e-6, 30, 0.0), (1_700_000_000.123456, 3600.0, 1, 0.5), (2e11, 0.25, 12, 0.0),
-    (253_402_000_000.0, 0.0021, 30, 0.001)])
-def test_ready_through_is_the_last_step_whose_due_time_the_firing_reached(origin, size,
-                                                                           horizon, lateness):
-    """The flush's threshold is the last step whose due time (its end + the lateness, whole
-    ms: its timer's) is <= the firing, brute force over every step, at due and armed times,
-    1 us around them and at random times; every step is ready at its own due time, also where
-    floats are 30 us apart (origins past the year 2514)."""
-    steps = TimeSteps(origin, size, horizon)
-    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), steps, False,
-                             lateness_seconds=lateness)
-    due = [whole_ms(int(round(steps.end(s) * 1e6)) + int(round(lateness * 1e6)))
-           for s in range(horizon)]
-    rng = random.Random(7)
-    times = {at + d for at in due for d in (-SETTLE_MICROS, -2, -1, 0, 1, 2)}
-    low, high = int(steps.start(0) * 1e6) - 10 ** 7, due[-1] + 10 ** 7
-    times.update(rng.randrange(low, high) for _ in range(300))
-    for micros in sorted(times):
-        expected = max([s for s in range(horizon) if due[s] <= micros], default=-1)
-        for _ in range(2):  # computed, then cached
-            assert fn._ready_through(Timestamp(micros=micros)) == expected
-    for s in range(horizon):
-        assert fn._ready_through(Timestamp(micros=due[s])) >= s
 
 
 def test_shared_deltas_keep_the_value_its_type_and_the_sign_of_zero():

@@ -2,7 +2,8 @@
 
     events                                  timestamped elements (e.g. from Pub/Sub)
     | AssignSteps                           -> (unit, Event tuple) + dead letters
-    | TruncateStreaming                     -> ((key, step), Delta) at each step's end
+    | TruncateStreaming                     -> ((key, step), Delta) at each step's end, per
+                                               bucket of units (`stream_truncation`)
                                                + dead letters (halts, late events)
     | ToStepTotals                          -> (key, StepTotal)
     | KeepPublicKeys                        -> the same, of public keys only
@@ -19,248 +20,31 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
-                                              TimerSpec, on_timer)
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import stages
-from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, PAYLOAD, STEP, Delta, Id,
-                                 FastStateCoder, Released, Seed, StageOutput, StepTotal, StepWindow,
-                                 add_exact, count_dropped, dead_letter, delta_of, partials_struct)
+from transforms.messages import (DEAD_LETTER, KEYED, METRICS, MICRO, Seed, StageOutput,
+                                 StepTotal, StepWindow, Released, add_exact, dead_letter,
+                                 partials_struct)
 from transforms.key_state import due_stop
 from transforms.release import RecordMaker, ReleaseConfig, key_text
-from transforms.steps import TimeSteps
 from transforms.streams.records import Reason
-from transforms.streams.units import Problem, payloads_by_step, run_unit
+from transforms.streams.units import Problem
 from transforms.validation import fail
 from transforms.claims import guarded
 from transforms.stream_checkpoint import UnitLog
+from transforms.stream_truncation import TruncateStreaming, cached
 from transforms.selecting import ReleaseSelected
-from transforms.settle import armed, release_due, settled_first, step_end_due
+from transforms.settle import armed, release_due, settled_first
 
-_NOTHING_BUFFERED = (0, None, None)  # a unit's progress before its first event
 KEY_STATES = "key_states"  # its keys' states after each step, (step, (key, state, record))
-
-
-def _cache(cache: dict, key, value):
-    """cache[key] = value (the cache emptied first at 2^16 entries: bounded); -> value."""
-    if len(cache) >= 1 << 16:
-        cache.clear()
-    cache[key] = value
-    return value
-
-
-@beam.typehints.with_output_types(Tuple[Tuple[Id, int], Any])
-class TruncateStreamingFn(beam.DoFn):
-    """Unbounded input: buffer a unit's events until the watermark passes their step's end.
-
-    State per unit: the progress (next step to process, earliest buffered step or None, and the
-    buffered event itself while it is the only one: the one cell an event reads), the bag of
-    buffered events when there are two or more, and the machine's state (read and written only
-    at a step end). A unit has mostly one event per step, which then costs two state
-    operations at the event and three or four at its step end (progress, machine state), no
-    bag."""
-
-    # FastPrimitivesCoder (40% faster to encode than pickle)
-    BUFFER = BagStateSpec("buffer", FastStateCoder())
-    # the machine's state; counts keep theirs as the plain tuple (used, keys) (a tuple encodes
-    # several times faster than the UnitState dataclass)
-    UNIT = ReadModifyWriteStateSpec("unit", FastStateCoder())
-    # (done, earliest, held): nothing buffered iff earliest is None; exactly one event buffered
-    # iff held is not None (it is held here, the bag is empty); else the bag holds them all
-    PROGRESS = ReadModifyWriteStateSpec("progress", FastStateCoder())
-    STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
-
-    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool,
-                 lateness_seconds: float = 0.0, unit_log=None):
-        self.problem, self.steps = problem, steps
-        self.diagnostics = diagnostics
-        self.lateness = int(round(lateness_seconds * 1e6))  # micros after a step's end
-        # a checkpointed release (`transforms.stream_checkpoint.UnitLog`): every state a unit
-        # reaches, per step, written at the end of the bundle, before its outputs leave it
-        self.unit_log = unit_log
-        if unit_log is not None and problem.flat_state() is None:
-            fail("checkpoint", "used with a transform whose truncation keeps a flat state "
-                               "(count, sum)", type(problem).__name__)
-        self.setup()
-
-    def start_bundle(self):
-        if self.unit_log is not None:
-            self.unit_log.start()
-
-    def finish_bundle(self):
-        if self.unit_log is not None:
-            self.unit_log.flush()
-
-    def setup(self):
-        self._ends: Dict[int, Timestamp] = {}  # step -> its end, bounded
-        self._stamps: Dict[int, Timestamp] = {}  # step -> its outputs' event time, bounded
-        self._ready: Dict[int, int] = {}  # a firing's micros -> `_ready_through`, bounded
-        # the problem's plain-tuple state and step (`Problem.flat_state`), or None
-        self._flat = self.problem.flat_state()
-
-    def _ready_through(self, fire: Timestamp) -> int:
-        """The last step a firing at `fire` processes: the largest s in [-1, T) whose due time
-        (`_due`) is <= fire, in whole micros (due times grow with s: an event is ready iff its
-        step is <= it; floats 30 us apart by 2514 made a step never due), cached per firing."""
-        micros = fire.micros
-        found = self._ready.get(micros)
-        if found is None:
-            low, high = -1, self.steps.horizon - 1  # due(low) <= micros (low = -1: none)
-            while low < high:
-                middle = (low + high + 1) // 2
-                if self._due(middle) <= micros:
-                    low = middle
-                else:
-                    high = middle - 1
-            found = _cache(self._ready, micros, low)
-        return found
-
-    def _due(self, step: int) -> int:
-        """Step's end + the allowed lateness in micros, whole ms: its step-end timer's due."""
-        return step_end_due(self.steps, step, self.lateness)
-
-    def _end(self, step: int) -> Timestamp:
-        """The step-end timer's armed time (`transforms.settle`), cached."""
-        found = self._ends.get(step)
-        return found if found is not None else _cache(
-            self._ends, step, Timestamp(micros=armed(self._due(step), self.steps)))
-
-    def _stamp(self, step: int) -> Timestamp:
-        """The event time of a step's outputs (its end - 1 us), cached."""
-        found = self._stamps.get(step)
-        return found if found is not None else _cache(
-            self._stamps, step, Timestamp.of(self.steps.end(step) - MICRO))
-
-    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
-                progress=beam.DoFn.StateParam(PROGRESS),
-                timer=beam.DoFn.TimerParam(STEP_END)):
-        return self._process(element, buffer, progress, timer)
-
-    def _process(self, element, buffer, progress, timer, seeds=None, unit_state=None):
-        unit, event = element
-        step = event[STEP]
-        current = progress.read()
-        if current is None and seeds is not None and unit in seeds:
-            # a unit of a continued release: its state as of the checkpoint
-            at, state = seeds[unit]
-            unit_state.write(state)
-            current = (at + 1, None, None)
-            progress.write(current)
-        done, earliest, held = _NOTHING_BUFFERED if current is None else current
-        if step < done:
-            yield dead_letter((unit, event[PAYLOAD]),
-                              Reason("late", f"late: step {step} of this unit was already "
-                                             f"processed"))
-            return
-        if type(event) is not tuple:
-            event = tuple(event)
-        if earliest is None:  # the only buffered event: held in the progress cell
-            progress.write((done, step, event))
-            timer.set(self._end(step))
-            return
-        if held is not None:  # a second event: both go to the bag
-            buffer.add(held)
-        buffer.add(event)
-        if step < earliest:
-            progress.write((done, step, None))
-            timer.set(self._end(step))
-        elif held is not None:
-            progress.write((done, earliest, None))
-
-    @on_timer(STEP_END)
-    def flush(self, key=beam.DoFn.KeyParam, fire=beam.DoFn.TimestampParam,
-              buffer=beam.DoFn.StateParam(BUFFER), unit_state=beam.DoFn.StateParam(UNIT),
-              progress=beam.DoFn.StateParam(PROGRESS),
-              timer=beam.DoFn.TimerParam(STEP_END)):
-        if settled_first(timer, fire.micros, lambda s: self._end(s).micros, self.steps,
-                         self.lateness / 1e6):
-            return  # the step closes at the second firing
-        through = self._ready_through(fire)
-        current = progress.read()
-        done, earliest, held = _NOTHING_BUFFERED if current is None else current
-        flat = self._flat
-        if held is not None and flat is not None and done <= earliest <= through:
-            # the common case, one event held in the progress cell: its step, as below
-            saved = unit_state.read() or flat
-            contributions: List[Tuple[Any, int, float]] = []
-            dropped = {} if self.diagnostics else None
-            state = self.problem.flat_step(saved, earliest, (held[PAYLOAD],), contributions,
-                                           dropped)
-            if self.unit_log is not None:
-                self.unit_log.add(key, earliest, state)
-            if dropped:
-                count_dropped(dropped)
-            for unit_key, step, value in contributions:
-                yield TimestampedValue(((unit_key, step), delta_of(value)), self._stamp(step))
-            if state is not saved:  # else the machine did not move
-                unit_state.write(state)
-            progress.write((earliest + 1, None, None))
-            return
-        bagged = earliest is not None and held is None
-        ready, later = [], []
-        for event in ((held,) if held is not None else buffer.read() if bagged else ()):
-            (ready if event[STEP] <= through else later).append(event)
-        problem = self.problem
-        saved = unit_state.read()
-        stamp = self._stamp
-        if flat is not None:  # = `Problem.run` step by step, on the plain-tuple state
-            state = flat if saved is None else saved
-            contributions = []
-            dropped = {} if self.diagnostics else None
-            by_step = payloads_by_step(ready, ordered=problem.ordered)
-            last = max(by_step) if by_step else done - 1
-            for step in (sorted(by_step) if len(by_step) > 1 else by_step):
-                if done <= step:
-                    state = problem.flat_step(state, step, by_step[step], contributions,
-                                              dropped)
-                    if self.unit_log is not None:
-                        self.unit_log.add(key, step, state)
-            if dropped:
-                count_dropped(dropped)
-            for unit_key, step, value in contributions:
-                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
-            if bagged:
-                buffer.clear()
-            if state is not (flat if saved is None else saved):
-                unit_state.write(state)
-        else:
-            state = problem.init_state() if saved is None else saved
-            # the order `sorted_payloads` gives (= advance_unit's)
-            by_step = payloads_by_step(ready, ordered=problem.ordered)
-            last = max(by_step) if by_step else done - 1
-            run = run_unit(problem, key, state, by_step, done, last + 1)  # = advance_unit
-            if self.diagnostics:
-                count_dropped(run.dropped)
-            for unit_key, step, value in run.contributions:
-                yield TimestampedValue(((unit_key, step), delta_of(value)), stamp(step))
-            if bagged:
-                buffer.clear()
-            if run.halt is not None:
-                yield dead_letter(key, Reason("bound_violation", run.halt.reason))
-                yield TimestampedValue(((key, run.halt.step), Delta(halt=True)),
-                                       stamp(run.halt.step))
-                # nothing more from this unit
-                progress.write((self.steps.horizon, None, None))
-                return
-            unit_state.write(run.state)
-        if not later:
-            progress.write((last + 1, None, None))
-            return
-        first = min(event[STEP] for event in later)
-        if len(later) == 1:
-            progress.write((last + 1, first, later[0]))
-        else:
-            for event in later:
-                buffer.add(event)
-            progress.write((last + 1, first, None))
-        timer.set(self._end(first))
 
 
 class ReleaseStateCoder(beam.coders.Coder):
@@ -360,7 +144,7 @@ class ReleaseStreamingFn(beam.DoFn):
         if found is None:
             steps = self.config.steps
             due = release_due(steps, step, self.config.release_delay_steps)
-            found = _cache(self._times, step, (Timestamp.of(steps.end(step) - MICRO),
+            found = cached(self._times, step, (Timestamp.of(steps.end(step) - MICRO),
                                                Timestamp(micros=armed(due, steps)), due))
         return found
 
@@ -485,40 +269,6 @@ class ReleaseStreamingFn(beam.DoFn):
         elif wake is not None:
             timer.set(self._step_times(step)[1])
         yield from records
-
-
-class ResumedTruncateStreamingFn(TruncateStreamingFn):
-    """`TruncateStreamingFn` of a continued release: a unit's first event here finds its
-    state as of the checkpoint in `seeds` (a side input: no event is processed before it is
-    ready, so no unit restarts afresh)."""
-
-    def process(self, element, seeds, buffer=beam.DoFn.StateParam(TruncateStreamingFn.BUFFER),
-                progress=beam.DoFn.StateParam(TruncateStreamingFn.PROGRESS),
-                timer=beam.DoFn.TimerParam(TruncateStreamingFn.STEP_END),
-                unit_state=beam.DoFn.StateParam(TruncateStreamingFn.UNIT)):
-        return self._process(element, buffer, progress, timer, seeds, unit_state)
-
-
-class TruncateStreaming(beam.PTransform):
-    """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
-    + dead letters; checkpointed: each unit's state after each step into `unit_log`;
-    continued: `seeds`, (unit, (step, state)) as of the checkpoint."""
-
-    def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False,
-                 lateness_seconds: float = 0.0, unit_log=None, seeds=None):
-        super().__init__()
-        self.problem, self.steps, self.diagnostics = problem, steps, diagnostics
-        self.lateness_seconds, self.unit_log, self.seeds = lateness_seconds, unit_log, seeds
-
-    def expand(self, events):
-        args = (self.problem, self.steps, self.diagnostics, self.lateness_seconds,
-                self.unit_log)
-        fn = TruncateStreamingFn(*args) if self.seeds is None else \
-            ResumedTruncateStreamingFn(*args)
-        side = () if self.seeds is None else (beam.pvalue.AsDict(self.seeds),)
-        out = events | "Truncate" >> beam.ParDo(fn, *side).with_outputs(
-            DEAD_LETTER, main="deltas")
-        return StageOutput(out.deltas, out[DEAD_LETTER])
 
 
 class ToStepTotals(beam.PTransform):

@@ -1,0 +1,273 @@
+"""The unbounded truncation stage (transforms/stream_truncation.py), its DoFn called directly
+with fake Beam state (`tests.support.fake_state`): per bucket of units, each unit's outputs are
+`advance_unit`'s over the events it accepted, bit for bit, whoever shares its bucket."""
+from __future__ import annotations
+
+import random
+import struct
+
+import apache_beam as beam
+import pytest
+from apache_beam.utils.timestamp import Timestamp
+
+from tests.support.fake_state import Cells, fired
+from transforms import TimeSteps
+from transforms.messages import DEAD_LETTER, Delta
+from transforms.settle import SETTLE_MICROS, whole_ms
+from transforms.stream_truncation import ByBucket, ResumedTruncateStreamingFn, TruncateStreamingFn
+from transforms.streams import ContributionBounds, count_distinct
+from transforms.streams.columns import bucket_of
+from transforms.streams.count import UnitState
+from transforms.streams.units import (CountProblem, DegreeProblem, EntityProblem,
+                                      TriangleProblem, advance_unit, sorted_payloads,
+                                      steps_to_run)
+
+ORIGIN, SIZE, HORIZON = 1_700_000_000.0, 60.0, 9
+STEPS = TimeSteps(ORIGIN, SIZE, HORIZON)
+
+
+def bits(item):
+    """An emitted delta as comparable text: key, step, the value's type and float bits, time."""
+    (key, step), delta = item[0]
+    return (repr(key), step, delta.halt, type(delta.value).__name__,
+            struct.pack("<d", delta.value).hex() if delta.value is not None else None, item[1])
+
+
+def problems():
+    return {
+        "count": CountProblem(ContributionBounds(3, 2, 2)),
+        "count_many": CountProblem(ContributionBounds(50, 7, 5)),
+        "sum_fractional": CountProblem(ContributionBounds(5, 3, 2, max_value=2.5),
+                                       with_value=True),
+        "distinct": EntityProblem(count_distinct(3), max_keys_per_unit=2),
+        "degree": DegreeProblem(3),
+        "triangles": TriangleProblem(max_degree=3, max_contribution=4),
+    }
+
+
+def element(name, rng):
+    key = rng.choice(["a", "b", 3, ("g", 1)])
+    if name.startswith("count"):
+        return (rng.choice(["u", "v", 7]), key)
+    if name.startswith("sum"):
+        return (rng.choice(["u", "v"]), key,
+                rng.choice([0.1, 0.7, 1.0, 2.4999, 3.7, 1e-17, -1.0, 0.30000000000000004]))
+    if name == "distinct":
+        return (rng.choice("+-"), rng.choice(["i", "j"]), key)
+    a, b = rng.sample(range(5), 2)
+    return (rng.choice("++-"), (a, b))
+
+
+@pytest.mark.parametrize("name", sorted(problems()))
+@pytest.mark.parametrize("seed,count", [(0, 120), (1, 120), (2, 30), (3, 30), (4, 12)])
+@pytest.mark.parametrize("shared", [True, False])
+def test_streaming_truncation_equals_advance_unit(name, seed, count, shared):
+    """Events arrive out of order (some early, some late), step-end timers fire when the
+    watermark passes them; the deltas emitted equal `advance_unit`'s over each unit's accepted
+    events, bit for bit, and each late event is a dead letter at the next firing. `shared`:
+    every unit in one bucket (else in its own `bucket_of`)."""
+    rng = random.Random(seed)
+    problem = problems()[name]
+    fn = TruncateStreamingFn(problem, STEPS, name == "count")  # diagnostics: metrics too
+    fn.setup()
+    events = []
+    for _ in range(count):
+        parsed, _ = problem.parse(element(name, rng))
+        step = rng.randrange(HORIZON)
+        micros = int(round((ORIGIN + step * SIZE) * 1e6)) + rng.choice([0, 0, 7, 999])
+        events.append((parsed.unit, (step, micros, parsed.payload)))
+    arrivals = {}
+    for unit, event in events:
+        # two steps after its own (`transforms.settle`: its step closes at the watermark's
+        # first move past its end, and a step's events arriving with that move are on time)
+        arrivals.setdefault(max(0, event[0] - rng.randrange(3) + 2 * (rng.random() < 0.15)),
+                            []).append((unit, event))
+    # the late rule, modelled per unit: at each watermark the ready events (step <= it) are
+    # processed, and an event of a step below its unit's next step (the horizon once it
+    # halted) is late
+    done, waiting, accepted, model_late = {}, [], {}, []
+    for watermark in range(HORIZON + 2):
+        waiting += arrivals.get(watermark, [])
+        ready = [(u, e) for u, e in waiting if e[0] <= watermark]
+        waiting = [(u, e) for u, e in waiting if e[0] > watermark]
+        for unit, event in ready:
+            if event[0] < done.get(unit, 0):
+                model_late.append((repr((unit, event[2])), event[0]))
+            else:
+                accepted.setdefault(unit, []).append(event)
+        for unit, event in ready:
+            if event[0] >= done.get(unit, 0):
+                done[unit] = max(done.get(unit, 0), event[0] + 1)
+        for unit in {u for u, _ in ready}:  # a unit that halted processes nothing more
+            by_step = sorted_payloads(accepted.get(unit, []))
+            if by_step and advance_unit(problem, unit, problem.init_state(), by_step,
+                                        steps_to_run(problem, by_step, 0, max(by_step) + 1)
+                                        ).halt is not None:
+                done[unit] = HORIZON
+    cells, emitted, late = {}, [], []
+    for watermark in range(HORIZON + 2):  # the last: the end of input (+inf)
+        for unit, event in arrivals.get(watermark, []):
+            bucket = 0 if shared else bucket_of(unit)
+            bucket_cells = cells.setdefault(bucket, Cells())
+            assert not list(fn.process((bucket, (unit, event)),
+                                       **bucket_cells.bind(fn.process)) or [])
+        limit = int(round(STEPS.end(watermark) * 1e6)) if watermark < HORIZON else 1 << 62
+        while True:
+            due = sorted((c.timer.time.micros, b) for b, c in cells.items()
+                         if c.timer.time is not None and c.timer.time.micros <= limit)
+            if not due:
+                break
+            micros, bucket = due[0]
+            bucket_cells = cells[bucket]
+            bucket_cells.timer.clear()
+            for item in fn.flush(fire=Timestamp(micros=micros), **bucket_cells.bind(fn.flush)):
+                if not isinstance(item, beam.pvalue.TaggedOutput):
+                    emitted.append((item.value, item.timestamp.micros))
+                elif item.value["code"] == "late":
+                    late.append((item.value["record"], int(item.value["reason"].split()[2])))
+                else:
+                    assert item.value["code"] == "bound_violation"
+    assert all(not c.cells["buffer"].data and c.timer.time is None for c in cells.values())
+    assert sorted(late) == sorted(model_late)
+    assert len(late) > 0 or count < 100
+    expected = []
+    for unit, unit_events in accepted.items():
+        if not unit_events:
+            continue
+        by_step = sorted_payloads(unit_events)
+        reference = advance_unit(problem, unit, problem.init_state(), by_step,
+                                 steps_to_run(problem, by_step, 0, max(by_step) + 1))
+        expected += [(((key, step), Delta(value)), int(round(STEPS.end(step) * 1e6)) - 1)
+                     for key, step, value in reference.contributions]
+        if reference.halt is not None:
+            expected.append((((unit, reference.halt.step), Delta(halt=True)),
+                             int(round(STEPS.end(reference.halt.step) * 1e6)) - 1))
+    for (_, delta), _ in emitted:
+        assert type(delta) is Delta
+    assert sorted(map(bits, emitted)) == sorted(map(bits, expected))
+
+
+def test_a_unit_flushed_before_its_events_step_end_keeps_them():
+    """A firing before the buffered events' step end (a runner may fire a timer set for an
+    earlier step) emits nothing and keeps them, held in the progress cell or in the bag;
+    their own firing then truncates them as `advance_unit` does."""
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    for events in ([(4, ("a", 1.0))], [(4, ("a", 1.0)), (4, ("b", 1.0)), (6, ("a", 1.0))]):
+        fn = TruncateStreamingFn(problem, STEPS, False)
+        fn.setup()
+        cells = Cells()
+        for step, payload in events:
+            micros = int(round(STEPS.start(step) * 1e6))
+            assert not list(fn.process((bucket_of("u"), ("u", (step, micros, payload))),
+                                       **cells.bind(fn.process)) or [])
+        for _ in range(2):  # a stale firing at step 2's armed time settles; its second keeps
+            fire = cells.timer.time  # them
+            stale = Timestamp(micros=int(round(STEPS.end(2) * 1e6)) - SETTLE_MICROS)
+            assert list(fn.flush(fire=stale, **cells.bind(fn.flush))) == []
+            assert cells.timer.time.micros == stale.micros + SETTLE_MICROS
+            assert list(fn.flush(fire=cells.timer.time, **cells.bind(fn.flush))) == []
+            assert cells.timer.time == fire
+        got = []
+        for step in sorted({step for step, _ in events}):  # armed 1 ms before each step end
+            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)) - SETTLE_MICROS)
+            assert cells.timer.time == fire
+            got += [item.value for item in fired(fn.flush, cells, bucket_of("u"))]
+        by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
+        reference = advance_unit(problem, "u", problem.init_state(), by_step,
+                                 steps_to_run(problem, by_step, 0, 7))
+        assert got == [((key, step), Delta(value))
+                       for key, step, value in reference.contributions]
+        assert len(got) == len(events)
+
+
+def test_an_event_seen_after_its_steps_first_firing_is_on_time():
+    """Beam's Python SDK runs a data-plane message's timers before its data, so a unit's
+    step-end firing can come before an on-time event the runner received ahead of it. That
+    firing only settles (`transforms.settle`): the event is kept and truncated with its step
+    at the second firing, as the same events in order; an event after that one is late."""
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    fn = TruncateStreamingFn(problem, STEPS, False)
+    fn.setup()
+    cells = Cells()
+    at = int(round(STEPS.start(1) * 1e6))
+    events = [(1, at, ("a", 1.0)), (1, at + 5, ("b", 1.0))]
+    assert not list(fn.process((5, ("u", events[0])), **cells.bind(fn.process)) or [])
+    due = cells.timer.time
+    assert list(fn.flush(fire=due, **cells.bind(fn.flush))) == []  # the firing first
+    assert not list(fn.process((5, ("u", events[1])), **cells.bind(fn.process)) or [])  # data
+    got = [item.value for item in fn.flush(fire=cells.timer.time,
+                                           **cells.bind(fn.flush))]
+    by_step = sorted_payloads(events)
+    reference = advance_unit(problem, "u", problem.init_state(), by_step,
+                             steps_to_run(problem, by_step, 0, 2))
+    assert got == [((key, step), Delta(value)) for key, step, value in reference.contributions]
+    assert len(got) == 2
+    # an event after it: late, a dead letter at the next firing (its own step's end, passed)
+    assert not list(fn.process((5, ("u", (1, at + 9, ("c", 1.0)))), **cells.bind(fn.process))
+                    or [])
+    late = fired(fn.flush, cells, 5)
+    assert len(late) == 1 and late[0].tag == DEAD_LETTER
+    assert "late: step 1" in late[0].value["reason"] and not cells.cells["buffer"].data
+
+
+@pytest.mark.parametrize("origin,size,horizon,lateness", [
+    (ORIGIN, SIZE, HORIZON, 0.0), (0.0, 0.1, 50, 2.0), (1e9 + 0.3, 1 / 3, 40, 0.0107),
+    (-5.5, 7e-6, 30, 0.0), (1_700_000_000.123456, 3600.0, 1, 0.5), (2e11, 0.25, 12, 0.0),
+    (253_402_000_000.0, 0.0021, 30, 0.001)])
+def test_ready_through_is_the_last_step_whose_due_time_the_firing_reached(origin, size,
+                                                                           horizon, lateness):
+    """The flush's threshold is the last step whose due time (its end + the lateness, whole
+    ms: its timer's) is <= the firing, brute force over every step, at due and armed times,
+    1 us around them and at random times; every step is ready at its own due time, also where
+    floats are 30 us apart (origins past the year 2514)."""
+    steps = TimeSteps(origin, size, horizon)
+    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), steps, False,
+                             lateness_seconds=lateness)
+    due = [whole_ms(int(round(steps.end(s) * 1e6)) + int(round(lateness * 1e6)))
+           for s in range(horizon)]
+    rng = random.Random(7)
+    times = {at + d for at in due for d in (-SETTLE_MICROS, -2, -1, 0, 1, 2)}
+    low, high = int(steps.start(0) * 1e6) - 10 ** 7, due[-1] + 10 ** 7
+    times.update(rng.randrange(low, high) for _ in range(300))
+    for micros in sorted(times):
+        expected = max([s for s in range(horizon) if due[s] <= micros], default=-1)
+        for _ in range(2):  # computed, then cached
+            assert fn._ready_through(Timestamp(micros=micros)) == expected
+    for s in range(horizon):
+        assert fn._ready_through(Timestamp(micros=due[s])) >= s
+
+
+
+
+def test_by_bucket_keys_each_event_by_its_units_bucket():
+    fn = ByBucket()
+    fn.setup()
+    for unit in ["u", 7, ("g", 1), "u", 2 ** 40]:
+        event = (0, 1, ("a", 1.0))
+        assert list(fn.process((unit, event))) == [(bucket_of(unit), (unit, event))]
+
+
+def test_a_continued_units_first_event_takes_its_checkpointed_state():
+    """A continued release: a unit's first event gives it its state as of the checkpoint
+    (step 3: 2 of its 3 contributions used, on its 2 keys of 2); its events of steps <= 3 are late, and the
+    truncation goes on from that state (a unit without a seed starts afresh)."""
+    problem = CountProblem(ContributionBounds(3, 2, 2))
+    fn = ResumedTruncateStreamingFn(problem, STEPS, False)
+    fn.setup()
+    seeds = {"u": (3, (2.0, ("a", "b")))}
+    cells = Cells()
+    at = int(round(STEPS.start(4) * 1e6))
+    for unit, step, key in [("u", 3, "a"), ("u", 4, "a"), ("u", 4, "c"), ("w", 4, "c")]:
+        assert not list(fn.process((0, (unit, (step, at, (key, 1.0)))), seeds,
+                                   **cells.bind(fn.process)) or [])
+    out = fired(fn.flush, cells, 0) + fired(fn.flush, cells, 0)  # step 3's end, then 4's
+    assert [item.value["reason"] for item in out if isinstance(item, beam.pvalue.TaggedOutput)] \
+        == ["late: step 3 of this unit was already processed"]
+    got = sorted(map(bits, [(item.value, item.timestamp.micros) for item in out
+                            if not isinstance(item, beam.pvalue.TaggedOutput)]))
+    by_step = sorted_payloads([(4, at, ("a", 1.0)), (4, at, ("c", 1.0))])
+    after = advance_unit(problem, "u", UnitState(2.0, ("a", "b")), by_step, [4])
+    fresh = advance_unit(problem, "w", problem.init_state(), {4: [("c", 1.0)]}, [4])
+    stamp = int(round(STEPS.end(4) * 1e6)) - 1
+    assert got == sorted(bits((((key, step), Delta(value)), stamp))
+                         for key, step, value in after.contributions + fresh.contributions)
