@@ -251,8 +251,10 @@ def truncation_pass(fn, steps, events):
                                       cells.bind(fn.flush, key=bucket))
         return found
 
-    for bucket, _ in events:  # cells made outside the timed loops
-        state_of(bucket)
+    for bucket, _ in events:  # cells made and seeded outside the timed loops
+        cells, process, _ = state_of(bucket)
+        if isinstance(fn, TruncateStreamingFn) and not cells.cells:
+            drain(fn.process((bucket, None), **process))
     process_s = flush_s = 0.0
     firings = outputs = 0
     # event time order, step by step: buffer a step's events, then fire the step-end timers
@@ -268,7 +270,7 @@ def truncation_pass(fn, steps, events):
             drain(fn.process(element, **kwargs))
         process_s += time.process_time() - start
         fire = Timestamp(micros=int(round(steps.end(step) * 1e6)))
-        due = [state_of(bucket) for bucket in {bucket for bucket, _ in by_step.get(step, [])}]
+        due = list(states.values())  # every bucket's timer visits every step end
         for cells, _, _ in due:
             cells.clear_timers()
         start = time.process_time()

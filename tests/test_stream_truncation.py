@@ -8,13 +8,17 @@ import struct
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.utils.timestamp import Timestamp
 
 from tests.support.fake_state import Cells, fired
 from transforms import TimeSteps
 from transforms.messages import DEAD_LETTER, Delta
 from transforms.settle import SETTLE_MICROS, whole_ms
-from transforms.stream_truncation import ByBucket, ResumedTruncateStreamingFn, TruncateStreamingFn
+from transforms.stream_truncation import (ByBucket, ResumedTruncateStreamingFn, TruncateStreamingFn,
+                                         bucket_count)
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.columns import bucket_of
 from transforms.streams.count import UnitState
@@ -58,14 +62,25 @@ def element(name, rng):
     return (rng.choice("++-"), (a, b))
 
 
+def step_firings(fn, cells: Cells, bucket, limit: int) -> list:
+    """Fires the bucket's step-end timer while it is due by `limit` (micros): its outputs."""
+    out = []
+    while cells.timer.time is not None and cells.timer.time.micros <= limit:
+        fire = cells.timer.time
+        cells.timer.clear()
+        out += list(fn.flush(fire=fire, **cells.bind(fn.flush, key=bucket)) or [])
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(problems()))
 @pytest.mark.parametrize("seed,count", [(0, 120), (1, 120), (2, 30), (3, 30), (4, 12)])
 @pytest.mark.parametrize("shared", [True, False])
 def test_streaming_truncation_equals_advance_unit(name, seed, count, shared):
-    """Events arrive out of order (some early, some late), step-end timers fire when the
-    watermark passes them; the deltas emitted equal `advance_unit`'s over each unit's accepted
-    events, bit for bit, and each late event is a dead letter at the next firing. `shared`:
-    every unit in one bucket (else in its own `bucket_of`)."""
+    """Events arrive out of order (some early, some late), each bucket's step-end timer visits
+    every step end as the watermark passes it; the deltas emitted equal `advance_unit`'s over
+    each unit's accepted events, bit for bit, and an event of a step already closed is a late
+    dead letter (so are a halted unit's later events). `shared`: every unit in one bucket (else
+    in its own `bucket_of`): the same events are late either way."""
     rng = random.Random(seed)
     problem = problems()[name]
     fn = TruncateStreamingFn(problem, STEPS, name == "count")  # diagnostics: metrics too
@@ -78,62 +93,64 @@ def test_streaming_truncation_equals_advance_unit(name, seed, count, shared):
         events.append((parsed.unit, (step, micros, parsed.payload)))
     arrivals = {}
     for unit, event in events:
-        # two steps after its own (`transforms.settle`: its step closes at the watermark's
-        # first move past its end, and a step's events arriving with that move are on time)
+        # up to two steps before its own, or two after it (late)
         arrivals.setdefault(max(0, event[0] - rng.randrange(3) + 2 * (rng.random() < 0.15)),
                             []).append((unit, event))
-    # the late rule, modelled per unit: at each watermark the ready events (step <= it) are
-    # processed, and an event of a step below its unit's next step (the horizon once it
-    # halted) is late
-    done, waiting, accepted, model_late = {}, [], {}, []
+    # the rule, modelled: round w closes step w; an event arriving after its step closed is
+    # late, and so is a unit's event of a step after the unit halted
+    halted, accepted, model_late, waiting = set(), {}, [], []
     for watermark in range(HORIZON + 2):
-        waiting += arrivals.get(watermark, [])
-        ready = [(u, e) for u, e in waiting if e[0] <= watermark]
-        waiting = [(u, e) for u, e in waiting if e[0] > watermark]
-        for unit, event in ready:
-            if event[0] < done.get(unit, 0):
+        for unit, event in arrivals.get(watermark, []):
+            if event[0] < min(watermark, HORIZON):
+                model_late.append((repr((unit, event[2])), event[0]))
+            else:
+                waiting.append((unit, event))
+        closing = [(u, e) for u, e in waiting if e[0] == watermark]
+        waiting = [(u, e) for u, e in waiting if e[0] != watermark]
+        for unit, event in closing:
+            if unit in halted:
                 model_late.append((repr((unit, event[2])), event[0]))
             else:
                 accepted.setdefault(unit, []).append(event)
-        for unit, event in ready:
-            if event[0] >= done.get(unit, 0):
-                done[unit] = max(done.get(unit, 0), event[0] + 1)
-        for unit in {u for u, _ in ready}:  # a unit that halted processes nothing more
+        for unit in {u for u, _ in closing}:
             by_step = sorted_payloads(accepted.get(unit, []))
             if by_step and advance_unit(problem, unit, problem.init_state(), by_step,
                                         steps_to_run(problem, by_step, 0, max(by_step) + 1)
                                         ).halt is not None:
-                done[unit] = HORIZON
+                halted.add(unit)
     cells, emitted, late = {}, [], []
+
+    def bucket_cells(bucket):
+        if bucket not in cells:  # seeded (at the origin)
+            cells[bucket] = Cells()
+            assert not list(fn.process((bucket, None), **cells[bucket].bind(fn.process)) or [])
+        return cells[bucket]
+
+    def sort_out(items):
+        for item in items:
+            if not isinstance(item, beam.pvalue.TaggedOutput):
+                emitted.append((item.value, item.timestamp.micros))
+            elif item.value["code"] == "late":
+                late.append((item.value["record"], int(item.value["reason"].split()[2])))
+            else:
+                assert item.value["code"] == "bound_violation"
+
+    for unit, _ in events:
+        bucket_cells(0 if shared else bucket_of(unit))
     for watermark in range(HORIZON + 2):  # the last: the end of input (+inf)
         for unit, event in arrivals.get(watermark, []):
             bucket = 0 if shared else bucket_of(unit)
-            bucket_cells = cells.setdefault(bucket, Cells())
-            assert not list(fn.process((bucket, (unit, event)),
-                                       **bucket_cells.bind(fn.process)) or [])
+            sort_out(fn.process((bucket, (unit, event)),
+                                **bucket_cells(bucket).bind(fn.process)) or [])
         limit = int(round(STEPS.end(watermark) * 1e6)) if watermark < HORIZON else 1 << 62
-        while True:
-            due = sorted((c.timer.time.micros, b) for b, c in cells.items()
-                         if c.timer.time is not None and c.timer.time.micros <= limit)
-            if not due:
-                break
-            micros, bucket = due[0]
-            bucket_cells = cells[bucket]
-            bucket_cells.timer.clear()
-            for item in fn.flush(fire=Timestamp(micros=micros), **bucket_cells.bind(fn.flush)):
-                if not isinstance(item, beam.pvalue.TaggedOutput):
-                    emitted.append((item.value, item.timestamp.micros))
-                elif item.value["code"] == "late":
-                    late.append((item.value["record"], int(item.value["reason"].split()[2])))
-                else:
-                    assert item.value["code"] == "bound_violation"
-    assert all(not c.cells["buffer"].data and c.timer.time is None for c in cells.values())
+        for bucket in sorted(cells):
+            sort_out(step_firings(fn, cells[bucket], bucket, limit))
+    assert all(not c.cells["bucket_events"].data and c.timer.time is None
+               for c in cells.values())
     assert sorted(late) == sorted(model_late)
     assert len(late) > 0 or count < 100
     expected = []
     for unit, unit_events in accepted.items():
-        if not unit_events:
-            continue
         by_step = sorted_payloads(unit_events)
         reference = advance_unit(problem, unit, problem.init_state(), by_step,
                                  steps_to_run(problem, by_step, 0, max(by_step) + 1))
@@ -147,37 +164,33 @@ def test_streaming_truncation_equals_advance_unit(name, seed, count, shared):
     assert sorted(map(bits, emitted)) == sorted(map(bits, expected))
 
 
-def test_a_unit_flushed_before_its_events_step_end_keeps_them():
-    """A firing before the buffered events' step end (a runner may fire a timer set for an
-    earlier step) emits nothing and keeps them, held in the progress cell or in the bag;
-    their own firing then truncates them as `advance_unit` does."""
-    problem = CountProblem(ContributionBounds(3, 2, 2))
-    for events in ([(4, ("a", 1.0))], [(4, ("a", 1.0)), (4, ("b", 1.0)), (6, ("a", 1.0))]):
-        fn = TruncateStreamingFn(problem, STEPS, False)
-        fn.setup()
+def test_a_buckets_timer_visits_every_step_end_whatever_its_data():
+    """A seeded bucket fires at every step's armed and due time, with events or without, and
+    stops after the last step; a firing before the next step's due time closes nothing."""
+    fn = TruncateStreamingFn(CountProblem(ContributionBounds(3, 2, 2)), STEPS, False)
+    fn.setup()
+    for events in ([], [(4, ("a", 1.0))]):
         cells = Cells()
+        assert not list(fn.process((9, None), **cells.bind(fn.process)) or [])
         for step, payload in events:
             micros = int(round(STEPS.start(step) * 1e6))
-            assert not list(fn.process((bucket_of("u"), ("u", (step, micros, payload))),
+            assert not list(fn.process((9, ("u", (step, micros, payload))),
                                        **cells.bind(fn.process)) or [])
-        for _ in range(2):  # a stale firing at step 2's armed time settles; its second keeps
-            fire = cells.timer.time  # them
-            stale = Timestamp(micros=int(round(STEPS.end(2) * 1e6)) - SETTLE_MICROS)
-            assert list(fn.flush(fire=stale, **cells.bind(fn.flush))) == []
-            assert cells.timer.time.micros == stale.micros + SETTLE_MICROS
-            assert list(fn.flush(fire=cells.timer.time, **cells.bind(fn.flush))) == []
-            assert cells.timer.time == fire
-        got = []
-        for step in sorted({step for step, _ in events}):  # armed 1 ms before each step end
-            fire = Timestamp(micros=int(round(STEPS.end(step) * 1e6)) - SETTLE_MICROS)
-            assert cells.timer.time == fire
-            got += [item.value for item in fired(fn.flush, cells, bucket_of("u"))]
-        by_step = sorted_payloads([(step, 0, payload) for step, payload in events])
-        reference = advance_unit(problem, "u", problem.init_state(), by_step,
-                                 steps_to_run(problem, by_step, 0, 7))
-        assert got == [((key, step), Delta(value))
-                       for key, step, value in reference.contributions]
-        assert len(got) == len(events)
+        times, got = [], []
+        while cells.timer.time is not None:
+            fire = cells.timer.time
+            times.append(fire.micros)
+            cells.timer.clear()
+            if len(times) == 3:  # a stale firing (step 0's due again): nothing, step 1 kept
+                assert list(fn.flush(fire=Timestamp(micros=times[1]),
+                                     **cells.bind(fn.flush))) == []
+                assert cells.timer.time.micros == times[2]
+                cells.timer.clear()
+            got += [item.value for item in fn.flush(fire=fire, **cells.bind(fn.flush))]
+        due = [whole_ms(int(round(STEPS.end(s) * 1e6))) for s in range(HORIZON)]
+        assert times == [t for d in due for t in (d - SETTLE_MICROS, d)]
+        assert got == [(("a", 4), Delta(1.0))] * len(events)
+        assert cells.cells["closed"].read() == HORIZON - 1
 
 
 def test_an_event_seen_after_its_steps_first_firing_is_on_time():
@@ -189,6 +202,8 @@ def test_an_event_seen_after_its_steps_first_firing_is_on_time():
     fn = TruncateStreamingFn(problem, STEPS, False)
     fn.setup()
     cells = Cells()
+    assert not list(fn.process((5, None), **cells.bind(fn.process)) or [])
+    assert list(fired(fn.flush, cells, 5)) == []  # step 0 closes
     at = int(round(STEPS.start(1) * 1e6))
     events = [(1, at, ("a", 1.0)), (1, at + 5, ("b", 1.0))]
     assert not list(fn.process((5, ("u", events[0])), **cells.bind(fn.process)) or [])
@@ -202,12 +217,12 @@ def test_an_event_seen_after_its_steps_first_firing_is_on_time():
                              steps_to_run(problem, by_step, 0, 2))
     assert got == [((key, step), Delta(value)) for key, step, value in reference.contributions]
     assert len(got) == 2
-    # an event after it: late, a dead letter at the next firing (its own step's end, passed)
-    assert not list(fn.process((5, ("u", (1, at + 9, ("c", 1.0)))), **cells.bind(fn.process))
-                    or [])
-    late = fired(fn.flush, cells, 5)
-    assert len(late) == 1 and late[0].tag == DEAD_LETTER
-    assert "late: step 1" in late[0].value["reason"] and not cells.cells["buffer"].data
+    # an event after it: late at once (its step closed), whoever sends it
+    for unit in ("u", "v"):
+        late = list(fn.process((5, (unit, (1, at + 9, ("c", 1.0)))), **cells.bind(fn.process)))
+        assert len(late) == 1 and late[0].tag == DEAD_LETTER
+        assert "late: step 1 was already closed" in late[0].value["reason"]
+    assert not cells.cells["bucket_events"].data
 
 
 @pytest.mark.parametrize("origin,size,horizon,lateness", [
@@ -248,26 +263,42 @@ def test_by_bucket_keys_each_event_by_its_units_bucket():
 
 
 def test_a_continued_units_first_event_takes_its_checkpointed_state():
-    """A continued release: a unit's first event gives it its state as of the checkpoint
-    (step 3: 2 of its 3 contributions used, on its 2 keys of 2); its events of steps <= 3 are late, and the
-    truncation goes on from that state (a unit without a seed starts afresh)."""
+    """A continued release from step 4: its buckets' timers start at step 4's end, an event of
+    an earlier step is late, a unit's first event gives it its state as of the checkpoint
+    (step 3: 2 of its 3 contributions used, on its 2 keys of 2) and the truncation goes on
+    from it (a unit without a seed starts afresh)."""
     problem = CountProblem(ContributionBounds(3, 2, 2))
-    fn = ResumedTruncateStreamingFn(problem, STEPS, False)
+    fn = ResumedTruncateStreamingFn(problem, STEPS, False, first=4)
     fn.setup()
     seeds = {"u": (3, (2.0, ("a", "b")))}
     cells = Cells()
+    assert not list(fn.process((0, None), seeds, **cells.bind(fn.process)) or [])
     at = int(round(STEPS.start(4) * 1e6))
-    for unit, step, key in [("u", 3, "a"), ("u", 4, "a"), ("u", 4, "c"), ("w", 4, "c")]:
-        assert not list(fn.process((0, (unit, (step, at, (key, 1.0)))), seeds,
+    late = list(fn.process((0, ("u", (3, at, ("a", 1.0)))), seeds, **cells.bind(fn.process)))
+    assert [item.value["reason"] for item in late] == ["late: step 3 was already closed"]
+    for unit, key in [("u", "a"), ("u", "c"), ("w", "c")]:
+        assert not list(fn.process((0, (unit, (4, at, (key, 1.0)))), seeds,
                                    **cells.bind(fn.process)) or [])
-    out = fired(fn.flush, cells, 0) + fired(fn.flush, cells, 0)  # step 3's end, then 4's
-    assert [item.value["reason"] for item in out if isinstance(item, beam.pvalue.TaggedOutput)] \
-        == ["late: step 3 of this unit was already processed"]
-    got = sorted(map(bits, [(item.value, item.timestamp.micros) for item in out
-                            if not isinstance(item, beam.pvalue.TaggedOutput)]))
+    assert cells.timer.time.micros == whole_ms(int(round(STEPS.end(4) * 1e6))) - SETTLE_MICROS
+    out = fired(fn.flush, cells, 0)
+    assert not [item for item in out if isinstance(item, beam.pvalue.TaggedOutput)]
+    got = sorted(map(bits, [(item.value, item.timestamp.micros) for item in out]))
     by_step = sorted_payloads([(4, at, ("a", 1.0)), (4, at, ("c", 1.0))])
     after = advance_unit(problem, "u", UnitState(2.0, ("a", "b")), by_step, [4])
     fresh = advance_unit(problem, "w", problem.init_state(), {4: [("c", 1.0)]}, [4])
     stamp = int(round(STEPS.end(4) * 1e6)) - 1
     assert got == sorted(bits((((key, step), Delta(value)), stamp))
                          for key, step, value in after.contributions + fresh.contributions)
+    assert after.contributions and len(fresh.contributions) == 1
+
+
+def test_local_runners_use_16_buckets_and_others_256():
+    assert bucket_count(beam.Pipeline(options=PipelineOptions([]))) == 16
+    assert bucket_count(beam.Pipeline(runner=FnApiRunner())) == 16
+    assert bucket_count(beam.Pipeline(runner=BundleBasedDirectRunner())) == 16
+    for runner in ("FlinkRunner", "SparkRunner"):
+        assert bucket_count(beam.Pipeline(options=PipelineOptions(["--runner", runner]))) == 256
+    fn = ByBucket(16)
+    fn.setup()
+    for unit in range(300):
+        assert list(fn.process((unit, None)))[0][0] == bucket_of(unit) % 16

@@ -3,14 +3,17 @@ the watermark passes their step's end (`TruncateStreaming`).
 
     (unit, Event tuple)
     | ByBucket                 -> (bucket, (unit, Event tuple))   (`streams.columns.bucket_of`)
+    | WithSeeds                -> the same + (bucket, None) for every bucket, at the first step
     | Truncate                 -> ((key, step), Delta) at each step's end + dead letters
 
 Keyed by bucket, not by unit: a runner that keeps state in another process (Flink, Spark,
 Dataflow) makes one state round trip per key and bundle, so an event costs a blind bag append
 plus one small read per bucket and bundle, and a step end one read and one write per bucket,
-whatever the number of units. The truncation rule itself is per unit, as in the batch
-pipeline: each unit's machine (`Problem.run` / `flat_step`) sees its own events only, in the
-order `streams.units.sorted_payloads` gives, and its late rule reads only its own progress.
+whatever the number of units. Each bucket's timer visits every step end from its seed on, so
+when a step closes, and so which events are late, depends on the watermark alone, not on the
+data of the units that share the bucket. The truncation rule itself is per unit, as in the
+batch pipeline: each unit's machine (`Problem.run` / `flat_step`) sees its own events only, in
+the order `streams.units.sorted_payloads` gives.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from transforms.messages import (DEAD_LETTER, MICRO, PAYLOAD, STEP, Delta, Id, F
                                  StageOutput, count_dropped, dead_letter, delta_of)
 from transforms.settle import armed, settled_first, step_end_due
 from transforms.steps import TimeSteps
-from transforms.streams.columns import bucket_of
+from transforms.streams.columns import BUCKETS, bucket_of
 from transforms.streams.records import Reason
 from transforms.streams.units import Problem, payloads_by_step, run_unit
 from transforms.validation import fail
@@ -41,8 +44,25 @@ def cached(cache: dict, key, value):
     return value
 
 
+LOCAL_RUNNERS = frozenset(("DirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
+                           "SwitchingDirectRunner", "PrismRunner"))
+LOCAL_BUCKETS = 16  # a divisor of BUCKETS
+
+
+def bucket_count(pipeline) -> int:
+    """How many buckets the truncation keys units by: `streams.columns.BUCKETS` (256: its
+    parallelism on a distributed runner), or 16 on Beam's local runners, which run every key in
+    one process and pay per timer firing (each bucket's timer fires twice per step). The
+    records do not depend on it (a unit's events and the steps' closing times do not)."""
+    return LOCAL_BUCKETS if type(pipeline.runner).__name__ in LOCAL_RUNNERS else BUCKETS
+
+
 class ByBucket(beam.DoFn):
-    """(unit, event) -> (its unit's bucket, (unit, event)); buckets cached per unit (bounded)."""
+    """(unit, event) -> (its unit's bucket, (unit, event)): `bucket_of` modulo `buckets` (a
+    divisor of 256), cached per unit (bounded)."""
+
+    def __init__(self, buckets: int = BUCKETS):
+        self.buckets = buckets
 
     def setup(self):
         self._buckets: Dict[Any, int] = {}
@@ -51,7 +71,7 @@ class ByBucket(beam.DoFn):
         unit = element[0]
         found = self._buckets.get(unit)
         if found is None:
-            found = cached(self._buckets, unit, bucket_of(unit))
+            found = cached(self._buckets, unit, bucket_of(unit) % self.buckets)
         yield found, element
 
 
@@ -60,29 +80,31 @@ class TruncateStreamingFn(beam.DoFn):
     """Unbounded input, per bucket of units: buffer the units' events until the watermark passes
     their step's end, then run each unit's machine over its ready steps.
 
-    State per bucket: the earliest buffered step (or None: nothing buffered), the bag of
-    buffered (unit, event) pairs (appended blind), and each unit's progress and machine state,
-    {unit: (next step to process, state)}, read and written only at a step end. An event
-    reads the earliest step (once per bundle on a runner's state cache) and appends to the
-    bag; it moves the timer only when its step is earlier. At a step end a unit's event of a
-    step it already processed is late (a dead letter): the same rule as one unit's own state,
-    decided by that unit's events alone."""
+    Every bucket is seeded at the origin (`(bucket, None)`), and its step-end timer then visits
+    every step end in turn, whatever the data: which events a firing closes, and which are late
+    (an event of a step its bucket already closed: a dead letter at once), depend only on the
+    watermark, never on what other units of the bucket sent. State per bucket: the last step
+    closed, the bag of buffered (unit, event) pairs (appended blind) and each unit's progress
+    and machine state, {unit: (next step to process, state)}, read and written only at a step
+    end. An event reads the last step closed (once per bundle on a runner's state cache) and
+    appends to the bag."""
 
     # FastPrimitivesCoder (40% faster to encode than pickle)
-    BUFFER = BagStateSpec("buffer", FastStateCoder())
+    BUFFER = BagStateSpec("bucket_events", FastStateCoder())
     # {unit: (done, state)}; counts keep their state as the plain tuple (used, keys)
     UNITS = ReadModifyWriteStateSpec("units", FastStateCoder())
-    EARLIEST = ReadModifyWriteStateSpec("earliest", FastStateCoder())
+    CLOSED = ReadModifyWriteStateSpec("closed", FastStateCoder())  # the last step closed
     STEP_END = TimerSpec("step_end", TimeDomain.WATERMARK)
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool,
-                 lateness_seconds: float = 0.0, unit_log=None):
+                 lateness_seconds: float = 0.0, unit_log=None, first: int = 0):
         self.problem, self.steps = problem, steps
         self.diagnostics = diagnostics
         self.lateness = int(round(lateness_seconds * 1e6))  # micros after a step's end
         # a checkpointed release (`transforms.stream_checkpoint.UnitLog`): every state a unit
         # reaches, per step, written at the end of the bundle, before its outputs leave it
         self.unit_log = unit_log
+        self.first = first  # the first step of this execution (a continuation's window)
         if unit_log is not None and problem.flat_state() is None:
             fail("checkpoint", "used with a transform whose truncation keeps a flat state "
                                "(count, sum)", type(problem).__name__)
@@ -137,30 +159,42 @@ class TruncateStreamingFn(beam.DoFn):
             self._stamps, step, Timestamp.of(self.steps.end(step) - MICRO))
 
     def process(self, element, buffer=beam.DoFn.StateParam(BUFFER),
-                earliest=beam.DoFn.StateParam(EARLIEST),
+                closed=beam.DoFn.StateParam(CLOSED),
                 timer=beam.DoFn.TimerParam(STEP_END)):
-        _, pair = element
+        pair = element[1]
+        last = closed.read()
+        if pair is None:  # the bucket's seed: its timer starts at the first step's end
+            if last is None:
+                closed.write(self.first - 1)
+                if self.first < self.steps.horizon:
+                    timer.set(self._end(self.first))
+            return
         step = pair[1][STEP]
-        first = earliest.read()
+        if last is not None and step <= last:
+            yield dead_letter((pair[0], pair[1][PAYLOAD]), Reason(
+                "late", f"late: step {step} was already closed"))
+            return
         buffer.add(pair if type(pair[1]) is tuple else (pair[0], tuple(pair[1])))
-        if first is None or step < first:
-            earliest.write(step)
-            timer.set(self._end(step))
 
     @on_timer(STEP_END)
     def flush(self, fire=beam.DoFn.TimestampParam, buffer=beam.DoFn.StateParam(BUFFER),
-              units=beam.DoFn.StateParam(UNITS), earliest=beam.DoFn.StateParam(EARLIEST),
+              units=beam.DoFn.StateParam(UNITS), closed=beam.DoFn.StateParam(CLOSED),
               timer=beam.DoFn.TimerParam(STEP_END)):
+        """At the second firing of a step end (`transforms.settle`): closes every step due by
+        the firing, runs each unit's machine over its events of those steps and sets the timer
+        for the next step's end."""
         if settled_first(timer, fire.micros, lambda s: self._end(s).micros, self.steps,
                          self.lateness / 1e6):
             return  # the step closes at the second firing
         through = self._ready_through(fire)
-        first = earliest.read()
-        if first is None:
-            return  # nothing buffered (a stale firing)
-        if first > through:  # a firing before the earliest step's end: wait for it
-            timer.set(self._end(first))
-            return
+        last = closed.read()
+        last = self.first - 1 if last is None else last
+        following = max(through, last) + 1
+        if following < self.steps.horizon:
+            timer.set(self._end(following))
+        if through <= last:
+            return  # a firing before the next step's end: wait for it
+        closed.write(through)
         ready: Dict[Any, list] = {}  # unit -> its ready events, in arrival order
         later = []
         for pair in buffer.read():
@@ -172,6 +206,8 @@ class TruncateStreamingFn(beam.DoFn):
                     found.append(pair[1])
             else:
                 later.append(pair)
+        if not ready:
+            return
         known = units.read() or {}
         out: List[Any] = []
         for unit, events in ready.items():
@@ -180,18 +216,13 @@ class TruncateStreamingFn(beam.DoFn):
         yield from out
         units.write(known)
         buffer.clear()
-        if not later:
-            earliest.clear()
-            return
         for pair in later:
             buffer.add(pair)
-        first = min(pair[1][STEP] for pair in later)
-        earliest.write(first)
-        timer.set(self._end(first))
 
     def _run(self, unit, events: list, progress: Tuple[int, Any], out: list):
         """One unit's ready events after its progress (done, state): its outputs into `out`
-        (late events as dead letters); -> its new progress."""
+        (events of a unit that halted, or of steps before a continued unit's checkpoint, as
+        late dead letters); -> its new progress."""
         done, saved = progress
         kept = []
         for event in events:
@@ -238,38 +269,48 @@ class ResumedTruncateStreamingFn(TruncateStreamingFn):
     before it is ready, so no unit restarts afresh)."""
 
     def process(self, element, seeds, buffer=beam.DoFn.StateParam(TruncateStreamingFn.BUFFER),
-                earliest=beam.DoFn.StateParam(TruncateStreamingFn.EARLIEST),
+                closed=beam.DoFn.StateParam(TruncateStreamingFn.CLOSED),
                 timer=beam.DoFn.TimerParam(TruncateStreamingFn.STEP_END),
                 units=beam.DoFn.StateParam(TruncateStreamingFn.UNITS)):
-        unit = element[1][0]
-        if unit in seeds:
+        if element[1] is not None and element[1][0] in seeds:
+            unit = element[1][0]
             known = units.read() or {}
             if unit not in known:
                 at, state = seeds[unit]
                 known[unit] = (at + 1, state)
                 units.write(known)
-        return super().process(element, buffer, earliest, timer)
+        return super().process(element, buffer, closed, timer)
 
 
 class TruncateStreaming(beam.PTransform):
-    """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`)
-    + dead letters; checkpointed: each unit's state after each step into `unit_log`;
-    continued: `seeds`, (unit, (step, state)) as of the checkpoint."""
+    """(unit, Event tuple) -> ((key, step), Delta) at each step's end (`TruncateStreamingFn`,
+    every bucket seeded at the start of step `first`) + dead letters; checkpointed: each unit's
+    state after each step into `unit_log`; continued: `seeds`, (unit, (step, state)) as of the
+    checkpoint, and `first`, the continuation's first step."""
 
     def __init__(self, problem: Problem, steps: TimeSteps, diagnostics: bool = False,
-                 lateness_seconds: float = 0.0, unit_log=None, seeds=None):
+                 lateness_seconds: float = 0.0, unit_log=None, seeds=None, first: int = 0):
         super().__init__()
         self.problem, self.steps, self.diagnostics = problem, steps, diagnostics
         self.lateness_seconds, self.unit_log, self.seeds = lateness_seconds, unit_log, seeds
+        self.first = first
 
     def expand(self, events):
         args = (self.problem, self.steps, self.diagnostics, self.lateness_seconds,
-                self.unit_log)
+                self.unit_log, self.first)
         fn = TruncateStreamingFn(*args) if self.seeds is None else \
             ResumedTruncateStreamingFn(*args)
         side = () if self.seeds is None else (beam.pvalue.AsDict(self.seeds),)
-        keyed = events | "ByBucket" >> beam.ParDo(ByBucket()).with_output_types(
+        start = self.steps.start(min(self.first, self.steps.horizon - 1))
+        count = bucket_count(events.pipeline)
+        buckets = (events.pipeline
+                   | "Buckets" >> beam.Create(range(count), reshuffle=False)
+                   | "SeedEveryBucket" >> beam.Map(
+                       lambda bucket: TimestampedValue((bucket, None), start))
+                   .with_output_types(Tuple[int, Any]))
+        keyed = events | "ByBucket" >> beam.ParDo(ByBucket(count)).with_output_types(
             Tuple[int, Any])
-        out = keyed | "Truncate" >> beam.ParDo(fn, *side).with_outputs(DEAD_LETTER,
-                                                                       main="deltas")
+        out = ((keyed, buckets) | "WithSeeds" >> beam.Flatten().with_output_types(
+            Tuple[int, Any])
+               | "Truncate" >> beam.ParDo(fn, *side).with_outputs(DEAD_LETTER, main="deltas"))
         return StageOutput(out.deltas, out[DEAD_LETTER])

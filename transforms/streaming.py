@@ -375,9 +375,9 @@ def release_streaming(events, problem: Problem, config: ReleaseConfig, public_ke
     stepped = events | "AssignSteps" >> stages.AssignSteps(problem, config.steps, window,
                                                            diagnostics)
     # (unit, Event tuple) + dead letters
-    truncated = stepped.main | "TruncatePerUnit" >> TruncateStreaming(
+    truncated = stepped.main | "TruncatePerBucket" >> TruncateStreaming(
         problem, config.steps, diagnostics, config.allowed_lateness_seconds, unit_log,
-        unit_states)
+        unit_states, window.first)
     # ((key, step), Delta(value | halt)) at each step's end + dead letters
     totals = truncated.main | "SumPerKeyAndStep" >> ToStepTotals()
     # (key, StepTotal(step, value | halt))
