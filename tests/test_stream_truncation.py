@@ -264,7 +264,7 @@ def test_by_bucket_keys_each_event_by_its_units_bucket():
 
 def test_a_continued_units_first_event_takes_its_checkpointed_state():
     """A continued release from step 4: its buckets' timers start at step 4's end, an event of
-    an earlier step is late, a unit's first event gives it its state as of the checkpoint
+    an earlier step is late (also before its bucket's seed), a unit's first event gives it its state as of the checkpoint
     (step 3: 2 of its 3 contributions used, on its 2 keys of 2) and the truncation goes on
     from it (a unit without a seed starts afresh)."""
     problem = CountProblem(ContributionBounds(3, 2, 2))
@@ -272,8 +272,10 @@ def test_a_continued_units_first_event_takes_its_checkpointed_state():
     fn.setup()
     seeds = {"u": (3, (2.0, ("a", "b")))}
     cells = Cells()
-    assert not list(fn.process((0, None), seeds, **cells.bind(fn.process)) or [])
     at = int(round(STEPS.start(4) * 1e6))
+    early = list(fn.process((0, ("w", (2, at, ("a", 1.0)))), seeds, **cells.bind(fn.process)))
+    assert [item.value["reason"] for item in early] == ["late: step 2 was already closed"]
+    assert not list(fn.process((0, None), seeds, **cells.bind(fn.process)) or [])
     late = list(fn.process((0, ("u", (3, at, ("a", 1.0)))), seeds, **cells.bind(fn.process)))
     assert [item.value["reason"] for item in late] == ["late: step 3 was already closed"]
     for unit, key in [("u", "a"), ("u", "c"), ("w", "c")]:
@@ -302,3 +304,29 @@ def test_local_runners_use_16_buckets_and_others_256():
     fn.setup()
     for unit in range(300):
         assert list(fn.process((unit, None)))[0][0] == bucket_of(unit) % 16
+
+
+@pytest.mark.parametrize("size", [60.0, 0.0005])
+def test_a_halted_units_later_events_are_dead_letters_also_when_closed_together(size):
+    """A unit that violates its bound at step 0 halts; its events of step 1 are late dead
+    letters whether step 1 closes at a later firing (60 s steps) or at the same one (steps of
+    0.5 ms share a whole-ms due time)."""
+    steps = TimeSteps(0.0, size, 6)
+    problem = TriangleProblem(max_degree=2, max_contribution=4)
+    fn = TruncateStreamingFn(problem, steps, False)
+    fn.setup()
+    cells = Cells()
+    assert not list(fn.process((0, None), **cells.bind(fn.process)) or [])
+    edges = [(0, (1, 2)), (0, (1, 3)), (0, (1, 4)), (1, (5, 6)), (1, (7, 8))]
+    for i, (step, edge) in enumerate(edges):  # node 1's third edge at step 0: a violation
+        parsed, _ = problem.parse(("+", edge))
+        event = (step, int(round(steps.start(step) * 1e6)) + i, parsed.payload)
+        assert not list(fn.process((0, (parsed.unit, event)), **cells.bind(fn.process)) or [])
+    out = []
+    while cells.timer.time is not None:
+        fire = cells.timer.time
+        cells.timer.clear()
+        out += list(fn.flush(fire=fire, **cells.bind(fn.flush)) or [])
+    codes = sorted(item.value["code"] for item in out
+                   if isinstance(item, beam.pvalue.TaggedOutput))
+    assert codes == ["bound_violation", "late", "late"]

@@ -170,7 +170,7 @@ class TruncateStreamingFn(beam.DoFn):
                     timer.set(self._end(self.first))
             return
         step = pair[1][STEP]
-        if last is not None and step <= last:
+        if step < self.first or (last is not None and step <= last):
             yield dead_letter((pair[0], pair[1][PAYLOAD]), Reason(
                 "late", f"late: step {step} was already closed"))
             return
@@ -256,6 +256,11 @@ class TruncateStreamingFn(beam.DoFn):
         for unit_key, step, value in run.contributions:
             out.append(TimestampedValue(((unit_key, step), delta_of(value)), stamp(step)))
         if run.halt is not None:
+            for event in kept:  # its events after the halt (steps closed together)
+                if event[STEP] > run.halt.step:
+                    out.append(dead_letter((unit, event[PAYLOAD]), Reason(
+                        "late", f"late: step {event[STEP]} of this unit was already "
+                                f"processed")))
             out.append(dead_letter(unit, Reason("bound_violation", run.halt.reason)))
             out.append(TimestampedValue(((unit, run.halt.step), Delta(halt=True)),
                                         stamp(run.halt.step)))
@@ -266,7 +271,8 @@ class TruncateStreamingFn(beam.DoFn):
 class ResumedTruncateStreamingFn(TruncateStreamingFn):
     """`TruncateStreamingFn` of a continued release: a unit's first event here gives it its
     progress and state as of the checkpoint in `seeds` (a side input: no event is processed
-    before it is ready, so no unit restarts afresh)."""
+    before it is ready, so no unit restarts afresh). An event of a seeded unit also reads the
+    bucket's units (once per bucket and bundle on a runner's state cache)."""
 
     def process(self, element, seeds, buffer=beam.DoFn.StateParam(TruncateStreamingFn.BUFFER),
                 closed=beam.DoFn.StateParam(TruncateStreamingFn.CLOSED),
