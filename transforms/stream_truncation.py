@@ -190,11 +190,15 @@ class TruncateStreamingFn(beam.DoFn):
         last = closed.read()
         last = self.first - 1 if last is None else last
         following = max(through, last) + 1
-        if following < self.steps.horizon:
+        if through > last:
+            closed.write(through)
+            yield from self._close(through, buffer, units)
+        if following < self.steps.horizon:  # (after the step's outputs)
             timer.set(self._end(following))
-        if through <= last:
-            return  # a firing before the next step's end: wait for it
-        closed.write(through)
+
+    def _close(self, through: int, buffer, units):
+        """The outputs of closing every step up to `through`: each unit's machine over its
+        buffered events of those steps; the later events stay buffered."""
         ready: Dict[Any, list] = {}  # unit -> its ready events, in arrival order
         later = []
         for pair in buffer.read():
