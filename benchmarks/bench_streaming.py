@@ -53,6 +53,7 @@ from apache_beam.transforms.userstate import (BagStateSpec,  # noqa: E402
 from apache_beam.transforms.window import TimestampedValue  # noqa: E402
 from apache_beam.utils.timestamp import Timestamp  # noqa: E402
 
+from tests.support.fake_state import Bag, Value  # noqa: E402
 from transforms import ContinualCount, SecretRef, TimeSteps  # noqa: E402
 from transforms.mechanisms import NAMES  # noqa: E402
 from transforms.messages import StepTotal  # noqa: E402
@@ -64,38 +65,14 @@ ORIGIN = 1_700_000_000.0
 HOUR = 3600.0
 
 
-class FakeValue:
+class FakeValue(Value):
     """ReadModifyWrite state: stored encoded, decoded on every read (Beam without a cache)."""
-
-    def __init__(self, coder):
-        self.coder, self.data = coder, None
-
-    def read(self):
-        return None if self.data is None else self.coder.decode(self.data)
-
-    def write(self, value):
-        self.data = self.coder.encode(value)
-
-    def clear(self):
-        self.data = None
 
     def size(self):
         return 0 if self.data is None else len(self.data)
 
 
-class FakeBag:
-    def __init__(self, coder):
-        self.coder, self.data = coder, []
-
-    def add(self, value):
-        self.data.append(self.coder.encode(value))
-
-    def read(self):
-        return [self.coder.decode(d) for d in self.data]
-
-    def clear(self):
-        self.data = []
-
+class FakeBag(Bag):
     def size(self):
         return sum(len(d) for d in self.data)
 
