@@ -15,10 +15,10 @@ from apache_beam.utils.timestamp import Timestamp
 
 from tests.support.fake_state import Cells, fired
 from transforms import TimeSteps
-from transforms.messages import DEAD_LETTER, Delta
+from transforms.messages import DEAD_LETTER, KEYED, Delta
 from transforms.settle import SETTLE_MICROS, whole_ms
-from transforms.stream_truncation import (ByBucket, ResumedTruncateStreamingFn, TruncateStreamingFn,
-                                         bucket_count)
+from transforms.stream_truncation import (ByBucket, ResumedTruncateStreamingFn, TruncateStreaming,
+                                         TruncateStreamingFn, bucket_count)
 from transforms.streams import ContributionBounds, count_distinct
 from transforms.streams.columns import bucket_of
 from transforms.streams.count import UnitState
@@ -330,3 +330,21 @@ def test_a_halted_units_later_events_are_dead_letters_also_when_closed_together(
     codes = sorted(item.value["code"] for item in out
                    if isinstance(item, beam.pvalue.TaggedOutput))
     assert codes == ["bound_violation", "late", "late"]
+
+
+@pytest.mark.parametrize("args,count", [([], 16), (["--runner", "FlinkRunner"], 256)])
+def test_the_truncation_steps_name_holds_its_bucket_count(args, count):
+    """A job updated in place under another bucket count fails by step name (its units' states
+    are keyed by bucket: moved units would start afresh, unseeded buckets never fire)."""
+    pipeline = beam.Pipeline(options=PipelineOptions(args + ["--streaming"]))
+    events = pipeline | beam.Create([]).with_output_types(KEYED)
+    _ = events | "T" >> TruncateStreaming(CountProblem(ContributionBounds(3, 2, 2)),
+                                          TimeSteps(0.0, 60.0, 5))
+    labels = []
+
+    class Visit(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            labels.append(node.full_label)
+
+    pipeline.visit(Visit())
+    assert f"T/Truncate{count}/ParDo(TruncateStreamingFn)" in labels

@@ -325,5 +325,8 @@ class TruncateStreaming(beam.PTransform):
             Tuple[int, Any])
         out = ((keyed, buckets) | "WithSeeds" >> beam.Flatten().with_output_types(
             Tuple[int, Any])
-               | "Truncate" >> beam.ParDo(fn, *side).with_outputs(DEAD_LETTER, main="deltas"))
+               # the count in the name: a job updated in place with another count fails by
+               # name instead of restarting units in new buckets
+               | f"Truncate{count}" >> beam.ParDo(fn, *side).with_outputs(DEAD_LETTER,
+                                                                          main="deltas"))
         return StageOutput(out.deltas, out[DEAD_LETTER])
