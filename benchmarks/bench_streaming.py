@@ -278,7 +278,8 @@ def truncation(args):
     total = (process_s + flush_s) / n * 1e6
     floor_total = (floor_best[0] + floor_best[1]) / n * 1e6
     print(f"truncation (count, caps 2 keys x 2): {n} events, {len({p[0] for _, p in events})} "
-          f"units in {len({b for b, _ in events})} buckets, {args.steps} steps; best of {args.repeat} passes")
+          f"units in {len({b for b, _ in events})} buckets, {args.steps} steps; "
+          f"best of {args.repeat} passes")
     print(f"  process (buffer an event)      {process_s / n * 1e6:7.1f} us/event "
           f"(floor {floor_best[0] / n * 1e6:.1f})")
     print(f"  step-end flush (the machine)   {flush_s / n * 1e6:7.1f} us/event, "
@@ -385,8 +386,8 @@ class _FloorEvent(beam.DoFn):
 def end_to_end(args):
     """The whole streaming job on the local streaming runner (TestStream: Beam's
     BundleBasedDirectRunner, BEAM_NOTES.md), against a floor pipeline on the same stream in
-    the same run: FloorBufferFn per bucket of units, then FloorReleaseFn per key with a looping timer
-    (no caps, no exact sums, no public-key filter, no dead letters). CPU seconds of this
+    the same run: FloorBufferFn per bucket of units, then FloorReleaseFn per key with a looping
+    timer (no caps, no exact sums, no public-key filter, no dead letters). CPU seconds of this
     process (the runner runs in it), best of `args.repeat`."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.testing.test_stream import TestStream

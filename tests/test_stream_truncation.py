@@ -264,9 +264,9 @@ def test_by_bucket_keys_each_event_by_its_units_bucket():
 
 def test_a_continued_units_first_event_takes_its_checkpointed_state():
     """A continued release from step 4: its buckets' timers start at step 4's end, an event of
-    an earlier step is late (also before its bucket's seed), a unit's first event gives it its state as of the checkpoint
-    (step 3: 2 of its 3 contributions used, on its 2 keys of 2) and the truncation goes on
-    from it (a unit without a seed starts afresh)."""
+    an earlier step is late (also before its bucket's seed), a unit's first event gives it its
+    state as of the checkpoint (step 3: 2 of its 3 contributions used, on its 2 keys of 2) and
+    the truncation goes on from it (a unit without a seed starts afresh)."""
     problem = CountProblem(ContributionBounds(3, 2, 2))
     fn = ResumedTruncateStreamingFn(problem, STEPS, False, first=4)
     fn.setup()

@@ -1,8 +1,9 @@
 """The streaming DoFns' fast paths (issue 14) give the reference results, bit for bit.
 
 `ReleaseStreamingFn` (and `TruncateStreamingFn` where a test needs both) is called directly
-with fake Beam state (`tests.support.fake_state`); the tree mechanisms' scalar step (`_unit_noise_one`, by cached node plans and block
-views) is checked against the vectorised `_unit_noise`.
+with fake Beam state (`tests.support.fake_state`); the tree mechanisms' scalar step
+(`_unit_noise_one`, by cached node plans and block views) is checked against the vectorised
+`_unit_noise`.
 """
 from __future__ import annotations
 
