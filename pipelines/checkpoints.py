@@ -274,7 +274,7 @@ def fingerprint(job: job_config.JobConfig) -> dict:
                 "transform": job.transform, "input": io.input_binding(job),
                 # the steps' timing (a streaming setting) is not used by scheduled runs
                 "steps": {"origin": job.steps.origin, "size_seconds": job.steps.size_seconds,
-                          "horizon": job.steps.horizon},
+                          "horizon": job.steps.shown_horizon},
                 "privacy": dataclasses.asdict(job.privacy),
                 "bounds": job.bounds, "public_keys": job.public_keys,
                 "mechanism": {"name": job.mechanism.name, "params": job.mechanism.params},

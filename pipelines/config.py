@@ -6,19 +6,19 @@ Every error names the field and the allowed values, in the project's one shape:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from pipelines.config_steps import (MAX_HORIZON, TIME_RANGE, StepsSpec,  # noqa: F401
+                                    parse_time, steps_spec)  # (re-exported)
 from transforms.budget_ledger import BudgetSpec, spec_of as budget_spec_of
 from transforms import registry
 from transforms.accountant import MAX_GATE_SHARE
 from transforms.secret import SecretRef, check_gcp_secret
 from transforms.release import KEY_TYPES
-from transforms.steps import TimeSteps
 from transforms.mechanisms import NAMES
 from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY, MIN_STATE_BYTES_PER_KEY
 from transforms.mechanisms.privacy import check_small_delta
@@ -30,8 +30,6 @@ FORMATS = ("jsonl", "csv", "parquet")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
 REQUIRED = registry.REQUIRED
 ID_TYPES = ("id", "str", "int")   # id: a non-empty str or an int, as the input holds it
-TIME_RANGE = (-62135596800.0, 253402300799.0)  # years 1 .. 9999 (what timestamps can print)
-MAX_HORIZON = 1 << 22
 MAX_BOUND = 1 << 31
 DEFAULT_GATE_SHARE = 0.02  # the input gate's share of a release's budget (`pipelines.gate`)
 TOP = ("job", "transform", "input", "steps", "privacy", "bounds", "public_keys",
@@ -53,25 +51,6 @@ def _section(raw, name, allowed, required=()):
         if raw.get(key) is None:
             fail(f"{name}.{key}" if name else key, "given", None)
     return raw
-
-
-def parse_time(name, given) -> float:
-    """ISO-8601 (with Z or an offset) or seconds since the epoch -> seconds."""
-    if isinstance(given, datetime.datetime):
-        if given.tzinfo is None:
-            given = given.replace(tzinfo=datetime.timezone.utc)
-        return given.timestamp()
-    if isinstance(given, (int, float)) and not isinstance(given, bool):
-        return float(given)
-    if isinstance(given, str):
-        try:
-            parsed = datetime.datetime.fromisoformat(given.replace("Z", "+00:00"))
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed.timestamp()
-    fail(name, "an ISO-8601 time with a timezone (e.g. 2026-01-05T00:00:00Z) or epoch seconds",
-         given)
 
 
 def _fraction(source: dict) -> float:
@@ -135,20 +114,6 @@ class InputSpec:
         if role in self.types:
             return self.types[role]
         return {"timestamp": "timestamp", "value": "float", "op": "str"}.get(role, "id")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepsSpec:
-    origin: float                     # seconds since the epoch
-    size_seconds: float
-    horizon: int
-    # unbounded input only: step s is published when the watermark passes the end of step
-    # s + release_delay_steps; an event counts until allowed_lateness_seconds after its step
-    release_delay_steps: int = 1
-    allowed_lateness_seconds: float = 0.0
-
-    def time_steps(self) -> TimeSteps:
-        return TimeSteps(self.origin, self.size_seconds, self.horizon)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,32 +344,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
     steps = _section(raw["steps"], "steps", ("origin", "size_seconds", "horizon",
                                              "release_delay_steps", "allowed_lateness_seconds"),
                      ("origin", "size_seconds", "horizon"))
-    origin = parse_time("steps.origin", steps["origin"])
-    if not TIME_RANGE[0] <= origin <= TIME_RANGE[1]:
-        fail("steps.origin", "a time in the years 1 to 9999", steps["origin"])
-    size = check.positive_finite("steps.size_seconds", steps["size_seconds"])
-    horizon = check.integer_at_least("steps.horizon", steps["horizon"], 1)
-    if horizon > MAX_HORIZON:  # per-key arrays of T values: memory and time stay bounded
-        fail("steps.horizon", f"<= {MAX_HORIZON} (2^22 steps: each key holds T values)",
-             horizon)
-    if origin + size * horizon > TIME_RANGE[1]:
-        fail("steps.size_seconds", "small enough that the last step ends before the year 10000",
-             steps["size_seconds"])
-    timing = {}
-    for name in ("release_delay_steps", "allowed_lateness_seconds"):
-        if name in steps and not unbounded:
-            fail(f"steps.{name}", "absent for input.kind 'files' (a streaming setting)",
-                 steps[name])
-    if "release_delay_steps" in steps:
-        timing["release_delay_steps"] = check.integer_at_least(
-            "steps.release_delay_steps", steps["release_delay_steps"], 1)
-    lateness = steps.get("allowed_lateness_seconds", 0)
-    if isinstance(lateness, bool) or not isinstance(lateness, (int, float)) or not (
-            0 <= lateness <= timing.get("release_delay_steps", 1) * size / 2):
-        fail("steps.allowed_lateness_seconds", "a number of seconds in [0, release_delay_steps "
-                                               "x size_seconds / 2] (a step's contributions "
-                                               "reach its release before it is due)", lateness)
-    timing["allowed_lateness_seconds"] = float(lateness)
+    steps = steps_spec(steps, unbounded)
 
     privacy = dict(_section(raw["privacy"], "privacy", ("epsilon", "rho", "delta", "noise",
                                                          "selection_delta", "gate_share",
@@ -572,7 +512,7 @@ def validate(raw, base_dir: str = ".") -> JobConfig:
                      InputSpec(resolve_path(source["path"]) if source_kind == "files" else "",
                                fmt, dict(fields), timestamp_format, types, source_kind,
                                **stream, config_folder=base_dir),
-                     StepsSpec(origin, size, horizon, **timing),
+                     steps,
                      PrivacySpec(**privacy, noise=noise, gate_share=gate_share,
                                  allow_large_delta=bool(allow_large_delta)),
                      bounds, keys, MechanismSpec(name, dict(params), state_budget),

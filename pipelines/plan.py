@@ -200,6 +200,9 @@ def main(argv=None) -> int:
                     "--" + name.replace("_", "-") for name in given) + " (the config sets "
                     "them; only --top and --json go with it); got " + " ".join(
                     "--" + name.replace("_", "-") for name in given) + ".")
+            again = plan_config.unbounded_arguments(args.config)
+            if again is not None:  # no horizon: its stddev at a day, a week and a year
+                return main(again + (["--json"] if args.json else []))
             planned = plan_config.plan_config(args, parser().parse_args)
             text = (json.dumps(plan_config.config_json(planned), indent=2) if args.json
                     else plan_config.config_text(planned))

@@ -4,6 +4,9 @@ A module of its own, so that `run` and `plan` need not import each other."""
 from __future__ import annotations
 
 from transforms.mechanisms.choose import DEFAULT_MAX_STATE_BYTES_PER_KEY
+from transforms.steps import UNBOUNDED, UNBOUNDED_STEPS
+
+_AT_SECONDS = (86400.0, 7 * 86400.0, 365 * 86400.0)  # with no horizon: a day, a week, a year
 
 
 def _number(value) -> str:
@@ -16,6 +19,16 @@ def noise_kind(descriptor: dict) -> str:
     """The `noise=` a release was built with ("discrete" or "float"), from its descriptor's
     noise law."""
     return "float" if descriptor["noise"] in ("laplace", "gaussian") else "discrete"
+
+
+def horizon_arguments(descriptor: dict) -> list:
+    """--horizon T; with no horizon, --unbounded --at the steps a day, a week and a year
+    after the origin (`pipelines.plan_unbounded`)."""
+    if descriptor["horizon"] != UNBOUNDED:
+        return ["--horizon", str(descriptor["horizon"])]
+    size = descriptor["step_seconds"]
+    at = sorted({min(max(1, round(s / size)), UNBOUNDED_STEPS) for s in _AT_SECONDS})
+    return ["--unbounded", "--at", ",".join(map(str, at))]
 
 
 def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> list:
@@ -38,7 +51,7 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
         grid = bounds.get("value_resolution")
         least = bounds.get("min_value", 0.0)
         default_grid = None if noise else max(bounds["max_value"], abs(least)) / 100.0
-        return (["--horizon", str(descriptor["horizon"]), *budget,
+        return (horizon_arguments(descriptor) + [*budget,
                  "--max-contributions", str(bounds["max_contributions"]),
                  "--mean-max-value", _number(bounds["max_value"])]
                 + (["--mean-min-value", _number(least)] if least else [])
@@ -53,7 +66,7 @@ def plan_arguments(descriptor: dict, max_state_bytes_per_key: int = None) -> lis
     declaration = descriptor["declaration"]
     keys = declaration["keys_per_unit"]
     scale = descriptor.get("value_scale", 1.0)
-    return (["--horizon", str(descriptor["horizon"]), *budget,
+    return (horizon_arguments(descriptor) + [*budget,
              "--max-contributions", str(declaration["max_contributions"]),
              "--interval-bound", str(declaration["interval_bound"])]
             + (["--max-keys-per-unit", str(keys)] if keys > 1 else [])

@@ -25,6 +25,15 @@ def job_plan(path: str):
     return job, job_release.release_plan(job)
 
 
+def unbounded_arguments(path: str):
+    """The `--unbounded --at ...` plan arguments of a job with no horizon (its one stream's
+    `plan_arguments`), else None."""
+    job, release = job_plan(path)
+    if not job.steps.unbounded:
+        return None
+    return plan_arguments(release.descriptor, job.mechanism.max_state_bytes_per_key)
+
+
 def own_row(release) -> dict:
     """The row of what `release` (a plan, or a mean's part's) runs, from its own mechanism with
     zero noise, for a configured mechanism that is no candidate of the table."""

@@ -161,6 +161,10 @@ def main(argv=None) -> int:
                 stream.refuse_published_folder(job)
         else:
             io.check_bounded_options(beam_args)
+            if job.steps.unbounded:  # one run has a last step: a release without one goes on
+                job_config.fail("steps.horizon", "a number of steps for a one-off batch run (a "
+                                                 "release with no horizon continues with "
+                                                 "python3 -m pipelines.schedule)", "unbounded")
             commit.refuse_other_config(job, args.config)
             if args.continue_release:
                 job_config.fail("--continue", "used with a streaming job (input.kind pubsub; "
@@ -433,7 +437,7 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
     return {"release_id": transform.release_id, "private": transform.private,
             "transform": job.transform, **transform.summary(), "why": chosen,
             "max_se": max_se,
-            "records": records, "steps": job.steps.horizon,
+            "records": records, "steps": job.steps.shown_horizon,
             **_keys_summary(transform, job, columns["key"]),
             "records_path": os.path.join(shown, records_prefix) + "-*."
                             + (job.output.formats[0] if len(job.output.formats) == 1
@@ -511,15 +515,23 @@ def describe_run(job, transform, public: dict, operator: dict) -> str:
         error = (f"MaxSE {public['max_se']:.2f} (largest per-step standard deviation"
                  + (" of the steps released so far" if scheduled and public["released_after"]
                     < job.steps.horizon else "") + ")")
+    horizon = f"horizon {job.steps.horizon}" if not job.steps.unbounded else \
+        f"no horizon (up to {job.steps.horizon} steps)"
     lines = [f"job {job.job}: {job.transform} with {public['mechanism']} "
              f"{json.dumps(public['mechanism_params'], sort_keys=True)} ({public['why']})",
-             f"  horizon {job.steps.horizon} x {job.steps.size_seconds:g} s, "
+             f"  {horizon} x {job.steps.size_seconds:g} s, "
              f"{keys_text(public)}, noise {public['noise']}, {error}"]
     lines += coarse_grid_note(job)
     if scheduled:
         lines.append(f"release {public['release_id']}: steps released {public['released_before']}"
-                     f" -> {public['released_after']} of {job.steps.horizon} "
-                     f"({public['new_steps']} new); budget spent: {public['spent']}")
+                     f" -> {public['released_after']} " + (
+                         f"of {job.steps.horizon} (" if not job.steps.unbounded else
+                         "(no horizon; ") + f"{public['new_steps']} new); budget spent: "
+                     f"{public['spent']}")
+        if public.get("state_bytes_per_key_now"):
+            lines.append(f"state: {public['state_bytes_per_key_now']:,} B per key at step "
+                         f"{public['released_after']} (a release with no horizon: it grows "
+                         f"with the steps released)")
     elif transform.private:
         lines.append(f"release {public['release_id']}: a new release with fresh noise; it spent "
                      f"{budget_text(public['budget_spent'])} on this data" + (

@@ -78,6 +78,7 @@ from pipelines.commit import (CommitCheckpoint, ScheduledRunClaim, after_writes,
                               staged_only)
 from pipelines.operator_summary import operator_summary
 from transforms.mechanisms import noise
+from transforms.mechanisms.choose import state_bytes_per_key
 from transforms import sinks
 from transforms.sinks import WriteRecordsToJsonLines, encode_records, records_file
 from transforms.messages import StepWindow
@@ -199,6 +200,7 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "records": stored, "release_id": transform.release_id,
             "published": published_folder(job, transform.release_id),
             "spent": "nothing (no newly complete step)"})
+    every = "every step" if steps.unbounded else "all T steps"
     ledger_state = budget.charge(job, transform)  # its first run records it, once
     folder = join(state_dir, f"ckpt-{complete:08d}-{uuid.uuid4().hex[:8]}")
     manifest = job_run.release_manifest(transform, ledger_state and {  # stable across runs
@@ -247,8 +249,8 @@ def run_once(config_path: str, state_dir: str, now: float, beam_args=()) -> dict
             "new_steps": complete - released, "release_id": transform.release_id,
             "records": stored + [join(folder, "records-*.jsonl")],
             "published": published_folder(job, transform.release_id),
-            "spent": "the release's budget (once for all T steps)" if released == 0 else
-                     "nothing new (the budget covers all T steps of this release)",
+            "spent": f"the release's budget (once for {every})" if released == 0 else
+                     f"nothing new (the budget covers {every} of this release)",
             "budget_ledger": ledger_state}, result, folder)
 
 
@@ -268,6 +270,10 @@ def summarised(config_path: str, job, transform, summary: dict, result=None,
                   checkpointed=summary["records"], checkpoint=folder,
                   budget_ledger=summary.get("budget_ledger"),
                   complete=summary["released_after"] >= job.steps.horizon)
+    if job.steps.unbounded:  # its state grows with the steps released
+        public["state_bytes_per_key_now"] = state_bytes_per_key(
+            transform.resolved_mechanism[0], job.steps.horizon, job.privacy.noise,
+            summary["released_after"])
     operator = None if result is None else operator_summary(result, folder, job, config_path)
     return dict(summary, job=job.job, public=public, operator_not_private=operator,
                 job_config=job, transform=transform)

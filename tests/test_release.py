@@ -6,10 +6,11 @@ import dataclasses
 import pickle
 import re
 
+import numpy as np
 import pytest
 
 from transforms.statistics import ContinualCount
-from transforms.release import NoNoise, ReleaseConfig
+from transforms.release import NoNoise, RecordMaker, ReleaseConfig, noise_stream
 from transforms.secret import SecretRef
 from transforms.steps import TimeSteps
 from transforms.validation import ValidationError
@@ -128,3 +129,36 @@ def test_a_wrong_secret_is_named_by_its_type_only(config):
                                               r"bytes without noise_source, fingerprint, "
                                               r"secret_bytes, describe'\.$"):
         dataclasses.replace(config, secret=b"s3cr3t")
+
+
+def test_with_no_horizon_only_a_horizon_free_mechanism_is_a_configuration():
+    free = ContinualCount(steps=TimeSteps(0, 60, "unbounded"), public_keys=["a"], rho=0.5,
+                          seed=1, insecure=True).config
+    with pytest.raises(ValidationError, match=r"^`mechanism` must be a horizon-free mechanism "
+                                              r"for steps with no horizon; got 'binary_tree'"):
+        dataclasses.replace(free, mechanism="binary_tree")
+
+
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+def test_with_no_horizon_the_maker_grows_and_releases_what_one_built_further_releases(noise):
+    """A worker's mechanism is built for the steps reached so far (1,024 at first, doubled);
+    its outputs, stddevs and intervals are those of a mechanism built for more steps, bit for
+    bit, across the doubling (steps one at a time, as a streaming release steps)."""
+    config = ContinualCount(steps=TimeSteps(0, 60, "unbounded"), public_keys=["a", "b"],
+                            rho=0.5, noise=noise, seed=1, insecure=True).config
+    maker = RecordMaker(config)
+    assert maker.horizon == 1024 and maker.mechanism.horizon == 1024
+    further = config.build(horizon=4096)
+    count = 1500
+    for key, seed in (("a", 1), ("b", 2)):
+        x = np.random.default_rng(seed).integers(0, 3, count).astype(float)
+        sealed, outputs = maker.seal(key, maker.mechanism.init_state()), []
+        for step in range(count):
+            out, sealed = maker.step_sealed(key, sealed, [x[step]], step)
+            outputs.append(out)
+        expected, state = further.for_stream(noise_stream(key)).advance(further.init_state(), x)
+        assert outputs == expected.tolist()
+        assert maker.restore(key, sealed) == state
+        records = [maker.record(key, step, outputs[step], 0.0) for step in (0, 1023, 1024, 1499)]
+        assert [r["stddev"] for r in records] == further.noise_std()[[0, 1023, 1024, 1499]].tolist()
+    assert maker.horizon == 2048

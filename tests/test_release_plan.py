@@ -64,3 +64,54 @@ def test_a_subclass_is_its_own_release():
     assert mine.descriptor["transform"] == "RegionCounts"
     assert mine.descriptor_digest != base.descriptor_digest
     assert mine.release_id != base.release_id
+
+
+FREE = TimeSteps(1_700_000_000.0, 3600.0, "unbounded")
+
+
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+def test_with_no_horizon_auto_is_the_horizon_free_mechanism_with_the_least_error(noise):
+    from transforms.calibration import HORIZON_FREE_PROBE  # (its probe length)
+    from transforms.mechanisms import MECHANISMS, ConstantNoiseSource, make
+    plan = plan_release(ReleaseSpec.of("count", steps=FREE, public_keys=["a"], rho=0.5,
+                                       noise=noise, max_contributions=4))
+    assert plan.descriptor["horizon"] == "unbounded"
+    assert MECHANISMS[plan.mechanism].horizon_free
+    # every horizon-free mechanism that takes this noise, at its own calibration
+    errors = {}
+    for name in ("log_sqrt_toeplitz", "hybrid"):
+        try:
+            probe = make(name, HORIZON_FREE_PROBE, rho=0.5, max_contributions=4,
+                         interval_bound=4, noise=noise, noise_source=ConstantNoiseSource(0.0))
+        except ValueError:
+            continue
+        errors[name] = max(probe.noise_std()[[(1 << j) - 1 for j in range(13)]])
+    assert plan.mechanism == min(errors, key=errors.get)
+    assert len(errors) == (2 if noise == "float" else 1)
+
+
+@pytest.mark.parametrize("choices,error", [
+    ({"rho": 0.5, "mechanism": "binary_tree"},
+     r"^`mechanism` must be one of 'log_sqrt_toeplitz', 'hybrid' or 'auto' for steps with no "
+     r"horizon \(binary_tree is calibrated for a horizon T\); got 'binary_tree'\.$"),
+    ({"epsilon": 1.0}, r"^`privacy` must be rho, or epsilon and delta, for steps with no "),
+    ({"rho": 0.5, "mechanism": "hybrid"}, r"^`noise` must be 'float' for hybrid"),
+])
+def test_with_no_horizon_other_mechanisms_and_pure_dp_are_refused(choices, error):
+    with pytest.raises(ValueError, match=error):
+        plan_release(ReleaseSpec.of("count", steps=FREE, public_keys=["a"], **choices))
+
+
+def test_with_no_horizon_a_mean_is_refused():
+    with pytest.raises(ValueError, match=r"^`steps` must be a horizon T for a mean "):
+        plan_release(ReleaseSpec.of("mean", steps=FREE, public_keys=["a"], rho=0.5,
+                                    max_value=10.0))
+
+
+def test_no_horizon_is_another_release_than_its_reach_as_a_horizon():
+    fixed = TimeSteps(FREE.origin, FREE.size, FREE.horizon)
+    free = plan_release(ReleaseSpec.of("count", steps=FREE, public_keys=["a"], rho=0.5,
+                                       mechanism="log_sqrt_toeplitz", noise="float"))
+    known = plan_release(ReleaseSpec.of("count", steps=fixed, public_keys=["a"], rho=0.5,
+                                        mechanism="log_sqrt_toeplitz", noise="float"))
+    assert free.digest != known.digest and known.descriptor["horizon"] == FREE.horizon

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple, Optional
 
-from transforms.mechanisms import ConstantNoiseSource, make
+from transforms import validation as check
+from transforms.mechanisms import MECHANISMS, NAMES, ConstantNoiseSource, make
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY, check_state_budget,
                                            choose, evaluate, within_budget)
 from transforms.mechanisms.privacy import PrivacyBudget
@@ -107,3 +108,32 @@ def choose_calibrated(horizon: int, budget: PrivacyBudget, declaration: Declarat
             rows += [dataclasses.replace(r, calibration=SPLIT) for r in split_rows
                      if r.mechanism == row.mechanism and r.params == row.params]
     return min(within_budget(rows, max_state_bytes), key=order), rows
+
+
+HORIZON_FREE_PROBE = 1 << 12  # steps the auto choice compares horizon-free mechanisms over
+
+
+def choose_horizon_free(budget: PrivacyBudget, declaration: Declaration, noise: str) -> str:
+    """The auto choice for steps with no horizon: among the mechanisms whose output at step t
+    does not depend on the horizon (`horizon_free`) and that accept this budget and noise, the
+    one with the lowest largest stddev at the steps t = 2^j <= 2^12 (each calibrated as its
+    release would be: `calibrate` on the split budget). Refused under pure DP (none has a
+    pure-DP calibration)."""
+    if budget.noise == "laplace":
+        check.fail("privacy", "rho, or epsilon and delta, for steps with no horizon (no "
+                              "horizon-free mechanism has a pure-DP calibration)",
+                   "epsilon alone")
+    k, d = declaration.max_contributions, declaration.interval_bound
+    steps = [(1 << j) - 1 for j in range(HORIZON_FREE_PROBE.bit_length())]
+    errors = {}
+    for name in (n for n in NAMES if MECHANISMS[n].horizon_free):
+        try:
+            probe = make(name, HORIZON_FREE_PROBE, **full_privacy(budget), max_contributions=k,
+                         interval_bound=d, noise_source=ConstantNoiseSource(0.0), noise=noise)
+        except ValueError:  # (this noise or budget is not one it takes)
+            continue
+        key_privacy = calibrate(probe, declaration, budget).key_privacy
+        mechanism = make(name, HORIZON_FREE_PROBE, **key_privacy, max_contributions=k,
+                         interval_bound=d, noise_source=ConstantNoiseSource(0.0), noise=noise)
+        errors[name] = float(max(mechanism.noise_std()[steps]))
+    return min(sorted(errors), key=errors.get)

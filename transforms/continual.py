@@ -170,7 +170,7 @@ class ContinualBase(beam.PTransform):
         spec, config = self.plan.spec, self.config
         data = {"mechanism": config.mechanism,
                 "mechanism_params": json.dumps(dict(config.params), sort_keys=True),
-                "horizon": spec.steps.horizon, "step_seconds": spec.steps.size,
+                "horizon": spec.steps.shown_horizon, "step_seconds": spec.steps.size,
                 "origin": spec.steps.iso(spec.steps.origin),
                 "public_keys": "selected" if self.selects else len(spec.public_keys),
                 "max_contributions": config.max_contributions,

@@ -53,6 +53,7 @@ def restore_or_start(maker: RecordMaker, key, saved: Optional[KeyState], first: 
     elif may_start:
         state = maker.mechanism.init_state()
         if first:
+            maker.reach(first)
             _, state = maker.for_key(key).advance(state, np.zeros(first))
     else:
         raise RuntimeError(f"no saved state for public key {key_text(key)!r}")
@@ -150,6 +151,7 @@ def release_window(maker: RecordMaker, key, state, x: np.ndarray, first: int,
         if over == 0 and not -EXACT_FLOAT < state.running_total < EXACT_FLOAT:  # (an old state's)
             state = counter_state(stop, state.running_total)  # the steps only
             x = x[:0]
+    maker.reach(stop)
     stream = maker.for_key(key)
     before = state
     outputs, state = stream.advance(state, x) if x.shape[0] else ((), state)

@@ -17,7 +17,7 @@ from typing import Any, Optional, Protocol, Tuple
 import numpy as np
 
 from transforms import validation as check
-from transforms.mechanisms import NAMES, increments, make
+from transforms.mechanisms import MECHANISMS, NAMES, increments, make
 from transforms.mechanisms.base import (EXACT_LIMIT, EXACT_LIMIT_TEXT, NOISE_KINDS, CounterState,
                                         counter_state, first_inexact, state_from_bytes)
 from transforms.mechanisms.noise import NOISE_DOMAIN_VERSION, NOISE_VERSIONS, NoiseSource
@@ -205,6 +205,9 @@ class ReleaseConfig:
         if not isinstance(self.steps, TimeSteps):
             fail("steps", "a TimeSteps(origin, size, horizon)", self.steps)
         check.one_of_str("mechanism", self.mechanism, NAMES)
+        if self.steps.unbounded and not MECHANISMS[self.mechanism].horizon_free:
+            fail("mechanism", "a horizon-free mechanism for steps with no horizon",
+                 self.mechanism)
         _named_pairs("params", self.params)
         key_privacy = _named_pairs("key_privacy", self.key_privacy)
         if len(key_privacy) != 1 or key_privacy[0][0] not in ("epsilon", "rho") \
@@ -247,14 +250,15 @@ class ReleaseConfig:
     def release_binding(self) -> bytes:
         return bytes.fromhex(self.release_id) + bytes.fromhex(self.descriptor_digest)
 
-    def build(self, noise_source: Optional[NoiseSource] = None):
+    def build(self, noise_source: Optional[NoiseSource] = None, horizon: Optional[int] = None):
         """The per-key mechanism, its noise from the release's secret (or `noise_source`:
-        e.g. zero noise, for the mechanism's laws and errors without the secret)."""
+        e.g. zero noise, for the mechanism's laws and errors without the secret); `horizon`:
+        the steps it computes (no horizon: any up to the reach, the same outputs)."""
         if self.noise_version not in NOISE_VERSIONS:
             fail("noise_version", "one of " + ", ".join(map(repr, NOISE_VERSIONS)) + " (a "
                  "release configuration built by code before noise versions has none: build "
                  "the pipeline again with this code)", self.noise_version)
-        return make(self.mechanism, self.steps.horizon, **dict(self.key_privacy),
+        return make(self.mechanism, horizon or self.steps.horizon, **dict(self.key_privacy),
                     max_contributions=self.max_contributions,
                     interval_bound=self.interval_bound,
                     noise_source=noise_source or self.secret.noise_source(
@@ -275,6 +279,7 @@ class ReleaseConfig:
 _LIMIT = float(EXACT_LIMIT)
 _CACHED_KEYS = 1 << 16
 _CACHED_STREAMS = 1 << 12  # per-key mechanism copies kept by `RecordMaker.streamer`
+_FIRST_REACH = 1 << 10  # with no horizon: the steps a worker's mechanism computes at first
 _COUNTER_FORMAT, _COUNTER_VERSION = CounterState._FORMAT, CounterState._VERSION
 _SEALED_COUNTER = 16 + _COUNTER_FORMAT.size  # a sealed CounterState: 16-byte tag + 17 bytes
 
@@ -298,14 +303,8 @@ class RecordMaker:
         self._tags, self._steps, self._isos = {}, {}, {}  # bounded (_CACHED_KEYS)
         self._streams = {}  # per key, bounded (_CACHED_STREAMS)
         self._released = {}  # key -> (step, its released value): `previous`, bounded
-        self.mechanism = config.build()
-        self.exact_totals = self.mechanism.discrete and isinstance(
-            self.mechanism.init_state(), CounterState)
-        self.std = self.mechanism.noise_std()
-        self.half = self.mechanism.confidence_half_width(config.confidence)
-        # the step's own value (this release minus the last): its exact law (`increments`)
-        self.step_std = np.sqrt(increments.increment_variance(self.mechanism))
-        self.step_half = increments.increment_half_width(self.mechanism, config.confidence)
+        self._built(config.steps.horizon if not config.steps.unbounded else
+                    min(config.steps.horizon, _FIRST_REACH))
         total = dict(config.total_privacy)
         self.template = {
             "confidence": config.confidence, "mechanism": config.mechanism,
@@ -313,6 +312,28 @@ class RecordMaker:
             "epsilon": total.get("epsilon"), "delta": total.get("delta"),
             "rho": total.get("rho"), "release_id": config.release_id,
             "private": config.private, "noise": self.mechanism.noise_name}
+
+    def _built(self, horizon: int) -> None:
+        """The mechanism computing `horizon` steps, and its per-step laws."""
+        self.horizon = horizon
+        self.mechanism = self.config.build(horizon=horizon)
+        self.exact_totals = self.mechanism.discrete and isinstance(
+            self.mechanism.init_state(), CounterState)
+        self.std = self.mechanism.noise_std()
+        self.half = self.mechanism.confidence_half_width(self.config.confidence)
+        # the step's own value (this release minus the last): its exact law (`increments`)
+        self.step_std = np.sqrt(increments.increment_variance(self.mechanism))
+        self.step_half = increments.increment_half_width(self.mechanism, self.config.confidence)
+        self._streams.clear()
+        self._steps.clear()
+
+    def reach(self, stop: int) -> None:
+        """Makes steps up to `stop` (exclusive) computable. With no horizon the mechanism is
+        built for the steps reached so far, doubled as the release goes on (a horizon-free
+        mechanism's outputs, laws and states at step t are the same for every horizon past
+        t), so memory and set-up follow the steps released, not the reach of 2^20."""
+        if stop > self.horizon and self.config.steps.unbounded:
+            self._built(min(self.config.steps.horizon, 1 << (stop - 1).bit_length()))
 
     def for_key(self, key):
         return self.mechanism.for_stream(noise_stream(key))
@@ -367,6 +388,8 @@ class RecordMaker:
         rounded once by fsum), the running total or the released value would reach 2^53 in
         magnitude: the key halts at `at` (nothing is released, the state is not advanced;
         `limit_reason` says why). A non-finite sum is still refused by the step."""
+        if at >= self.horizon:
+            self.reach(at + 1)
         tag = self._tags.get(key) or self._tag(key)
         fields = self._sealed_counter(tag, data)
         state = None
@@ -505,6 +528,7 @@ class RecordMaker:
         """(interval half width, the step's record with its key, value and interval left to
         fill: key, step, window start and end, value, stddev (times the value scale), ci_low,
         ci_high, then the release's fields), cached, bounded by _CACHED_KEYS steps."""
+        self.reach(step + 1)
         config, steps = self.config, self.config.steps
         width, deviation = float(self.half[step]), float(self.std[step])
         step_width, step_deviation = float(self.step_half[step]), float(self.step_std[step])

@@ -25,8 +25,8 @@ from transforms import validation as check
 from transforms.accountant import (gate_budget, part_kwargs, refuse_noise, selection_budget,
                                    share_budget)
 from transforms.calibration import (SPLIT, Calibration, calibrate, choose_calibrated,
-                                    full_privacy, split_privacy)
-from transforms.mechanisms import NAMES, ConstantNoiseSource, make
+                                    choose_horizon_free, full_privacy, split_privacy)
+from transforms.mechanisms import MECHANISMS, NAMES, ConstantNoiseSource, make
 from transforms.mechanisms import selection as key_selection
 from transforms.mechanisms.base import NOISE_KINDS
 from transforms.mechanisms.choose import (DEFAULT_MAX_STATE_BYTES_PER_KEY,
@@ -286,7 +286,9 @@ def _plan_stream(spec: ReleaseSpec, transform: str, truncation: Truncation,
     declaration = truncation.problem.declaration
     name, params = spec.mechanism, dict(spec.mechanism_params or {})
     try:  # discrete noise too large to sample: refused now, in the user's budget
-        if name == "auto":  # the lowest MaxSE (then MeanSE) of the candidates that fit
+        if spec.steps.unbounded:  # only a horizon-free mechanism is calibrated past any T
+            name = _horizon_free(spec, budget, declaration, name)
+        elif name == "auto":  # the lowest MaxSE (then MeanSE) of the candidates that fit
             best, _ = choose_calibrated(spec.steps.horizon, budget, declaration,
                                         noise=spec.noise,
                                         max_state_bytes=spec.max_state_bytes_per_key)
@@ -305,7 +307,7 @@ def _plan_stream(spec: ReleaseSpec, transform: str, truncation: Truncation,
         "noise_derivation": resolved.derivation_name(spec.noise_version),
         "budget": {k: v for k, v in budget.as_dict().items() if k != "noise"},
         "key_budget": calibration.key_privacy, "calibration": calibration.kind,
-        "horizon": spec.steps.horizon, "origin": spec.steps.origin,
+        "horizon": spec.steps.shown_horizon, "origin": spec.steps.origin,
         "step_seconds": spec.steps.size, "bounds": truncation.bounds,
         "declaration": {"interval_bound": declaration.interval_bound,
                         "max_contributions": declaration.max_contributions,
@@ -328,6 +330,19 @@ def _plan_stream(spec: ReleaseSpec, transform: str, truncation: Truncation,
     return ReleasePlan(spec, transform, truncation, whole, budget, gate, selection_delta, name,
                        params, descriptor, descriptor_digest(descriptor), size, calibration,
                        selection, resolved.integer_release, zero_noise=resolved)
+
+
+def _horizon_free(spec: ReleaseSpec, budget: PrivacyBudget, declaration, name: str) -> str:
+    """The mechanism of a release with no horizon: `name` if its outputs, calibration and
+    state at step t are the same for every horizon (`horizon_free`), the auto choice
+    (`choose_horizon_free`), else refused."""
+    if name == "auto":
+        return choose_horizon_free(budget, declaration, spec.noise)
+    if not MECHANISMS[name].horizon_free:
+        free = ", ".join(repr(n) for n in NAMES if MECHANISMS[n].horizon_free)
+        check.fail("mechanism", f"one of {free} or 'auto' for steps with no horizon ({name} is "
+                                f"calibrated for a horizon T)", name)
+    return name
 
 
 def _build(spec: ReleaseSpec, declaration, name: str, privacy: dict, params: dict):
@@ -354,7 +369,11 @@ def _calibrated(spec: ReleaseSpec, declaration, budget: PrivacyBudget, name: str
 
 def _state_bytes(spec: ReleaseSpec, name: str, mechanism) -> int:
     """A key's state in bytes; refused over the budget, unless the release continues (its
-    mechanism is fixed and its states exist: refusing would only strand it; a warning)."""
+    mechanism is fixed and its states exist: refusing would only strand it; a warning). With
+    no horizon: its state at the first step, uncapped (a horizon-free mechanism's state grows
+    with the steps released, as `state_size(steps=t)` says; summaries give it at each run)."""
+    if spec.steps.unbounded:
+        return RELEASE_TAG_BYTES + mechanism.state_bytes(steps=1)
     size = RELEASE_TAG_BYTES + mechanism.state_bytes()
     budget = spec.max_state_bytes_per_key
     if size <= budget:
@@ -388,6 +407,9 @@ def _plan_composed(spec: ReleaseSpec, truncation: Truncation) -> ReleasePlan:
     one stream with its own mechanism and descriptor, under one descriptor and release id. A
     key holds one state per part: each part gets half the state budget."""
     composed, transform = truncation.composed, spec.name or spec.row.class_name
+    if spec.steps.unbounded:
+        check.fail("steps", "a horizon T for a mean (its parts' split and intervals are "
+                            "planned for one)", "no horizon")
     if spec.postprocess is not None:
         check.fail("postprocess", "absent for a mean (its values are clamped to [min_value, "
                                   "max_value] already)", spec.postprocess)
@@ -422,7 +444,7 @@ def _plan_composed(spec: ReleaseSpec, truncation: Truncation) -> ReleasePlan:
         f"{split.formula} at m = {split.reference_mean:g} (the worst case)",
         "noise": parts[SUM].descriptor["noise"],
         "noise_derivation": parts[SUM].descriptor["noise_derivation"],
-        "horizon": spec.steps.horizon, "origin": spec.steps.origin,
+        "horizon": spec.steps.shown_horizon, "origin": spec.steps.origin,
         "step_seconds": spec.steps.size, "bounds": truncation.bounds,
         "interval": "fieller test inversion (transforms.mechanisms.ratio)",
         "public_keys": public_key_digest(spec.public_keys),

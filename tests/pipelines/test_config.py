@@ -53,7 +53,9 @@ CASES = [
                                                  r"with a timezone"),
     (("steps", "size_seconds"), 0, r"^`steps.size_seconds` must be a positive finite number; "
                                    r"got 0\.$"),
-    (("steps", "horizon"), 2.5, r"^`steps.horizon` must be an integer >= 1; got 2\.5\.$"),
+    (("steps", "horizon"), 2.5, r"^`steps.horizon` must be an integer >= 1, or 'unbounded' "
+                                r"\(no horizon\); got 2\.5\.$"),
+    (("steps", "horizon"), "forever", r"^`steps.horizon` must be an integer >= 1, or "),
     (("privacy",), {"epsilon": 1.0, "rho": 1.0}, r"^`privacy` must be exactly one of epsilon"),
     (("privacy",), {"rho": 1.0, "delta": 1e-6}, r"^`privacy.delta` must be a number in \(0, 1\) "
                                                 r"given with epsilon"),
@@ -360,3 +362,11 @@ def test_a_time_in_milliseconds_read_as_seconds_says_what_to_set(fmt):
         parse_cell("ts", "timestamp", 1767571200123, fmt)
     with pytest.raises(ConfigError, match=r"years 1 to 9999; got 1e\+300\.$"):  # no hint
         parse_cell("ts", "timestamp", 1e300, fmt)
+
+
+def test_no_horizon_is_the_steps_a_release_can_reach():
+    job = validate(edited(("steps", "horizon"), "unbounded"))
+    assert job.steps.unbounded and job.steps.horizon == 1 << 20
+    assert job.steps.shown_horizon == "unbounded" and job.steps.time_steps().unbounded
+    known = validate(edited(("steps", "horizon"), 1 << 20))
+    assert not known.steps.unbounded and known.steps != job.steps  # the ledger tells them apart

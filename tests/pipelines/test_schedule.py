@@ -614,3 +614,64 @@ def test_a_long_public_keys_change_names_the_keys_that_moved():
     assert message.startswith("`public_keys` must be what this release was started with "
                               "(\"40 entries, with 'region-000'\"; ") and len(message) < 300
     assert message.endswith("got \"6 entries, with 'eu-west'\".")
+
+
+def unbounded_config(tmp_path, **changes):
+    """cart_items with no horizon (zCDP: no horizon-free mechanism is pure DP)."""
+    config = write_config(tmp_path, privacy={"rho": 0.5}, **changes)
+    raw = yaml.safe_load(open(config))
+    raw["steps"]["horizon"] = "unbounded"
+    with open(config, "w") as out:
+        yaml.safe_dump(raw, out)
+    return config
+
+
+def resumed_equals_one_run(tmp_path, hours):
+    """Records of scheduled runs at `hours` after the origin, and of one run at the last."""
+    config = unbounded_config(tmp_path)
+    for hour in hours:
+        summary = schedule.run_once(config, str(tmp_path / "state"), ORIGIN + hour * HOUR)
+        assert not summary["public"]["complete"]
+        assert summary["public"]["state_bytes_per_key_now"] == 16 + 9 + 16 * hour
+    once = unbounded_config(tmp_path, output={"path": str(tmp_path / "once"),
+                                              "formats": ["jsonl"]})
+    alone = schedule.run_once(once, str(tmp_path / "alone"), ORIGIN + hours[-1] * HOUR)
+    assert alone["release_id"] == summary["release_id"]
+    resumed = records_of(summary["records"])
+    assert len(resumed) == 4 * hours[-1]
+    assert {r["mechanism"] for r in resumed} == {"log_sqrt_toeplitz"}
+    assert resumed == records_of(alone["records"])
+    return summary
+
+
+def test_a_release_with_no_horizon_resumed_equals_one_run(tmp_path):
+    last = resumed_equals_one_run(tmp_path, [1, 5, 6, 30])
+    out = job_run.describe_run(last["job_config"], last["transform"], last["public"],
+                               last["operator_not_private"])
+    assert "no horizon (up to 1048576 steps) x 3600 s" in out and "release complete" not in out
+    assert "steps released 6 -> 30 (no horizon; 24 new)" in out
+    assert "state: 505 B per key at step 30 (a release with no horizon" in out
+
+
+@pytest.mark.slow
+def test_a_release_with_no_horizon_resumed_over_20_runs_equals_one_run(tmp_path):
+    resumed_equals_one_run(tmp_path, list(range(1, 21)))
+
+
+def test_a_release_with_no_horizon_cannot_continue_with_one(tmp_path):
+    config = unbounded_config(tmp_path)
+    schedule.run_once(config, str(tmp_path / "state"), ORIGIN + 3 * HOUR)
+    raw = yaml.safe_load(open(config))
+    raw["steps"]["horizon"] = 1 << 20  # its reach, as a horizon: another release
+    with open(config, "w") as out:
+        yaml.safe_dump(raw, out)
+    with pytest.raises(ValueError, match=r"^`steps.horizon` must be what this release was "
+                                         r"started with \('unbounded'; "):
+        schedule.run_once(config, str(tmp_path / "state"), ORIGIN + 5 * HOUR)
+
+
+def test_one_run_of_a_release_with_no_horizon_is_refused(tmp_path, capsys):
+    assert job_run.main(["--config", unbounded_config(tmp_path)]) == 2
+    assert "`steps.horizon` must be a number of steps for a one-off batch run (a release " \
+           "with no horizon continues with python3 -m pipelines.schedule); got 'unbounded'." \
+           in capsys.readouterr().err
