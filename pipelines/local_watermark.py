@@ -23,9 +23,10 @@ watermark (the wall clock) is never exceeded.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import time
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional
 
 from transforms.settle import SETTLE_MICROS, release_due, step_end_due
 
@@ -56,26 +57,37 @@ class Pacer:
 
     def __init__(self, points: Iterable[int], slack: float = SLACK_SECONDS,
                  clock: Callable[[], float] = time.time, every: float = RECHECK_SECONDS):
-        self.points: List[int] = sorted(set(int(p) for p in points))
+        # a collection is sorted here; any other iterable is read lazily, in ascending order
+        # (`deadlines`: a release with no horizon has 2^21 of them)
+        self._points = iter(sorted(set(points)) if isinstance(points, (list, tuple, set))
+                            else points)
+        self.point: Optional[int] = None  # the first deadline not yet crossed (None: none)
+        self._cross()
         self.slack, self.clock, self.every = slack, clock, every
-        self.next = 0  # the first deadline not yet crossed
         self.waiting_since: Optional[float] = None
         self.checked = -math.inf  # when a blocked deadline was last checked (clock)
+
+    def _cross(self) -> None:
+        """The next deadline after `point` (repeats skipped)."""
+        last = self.point
+        point = next(self._points, None)
+        while point is not None and last is not None and point <= last:
+            point = next(self._points, None)
+        self.point = None if point is None else int(point)
 
     def hold(self, now: int, blocked: Callable[[int], bool]) -> int:
         """-> the watermark (micros) for a reader bundle that would report `now`. A blocked
         deadline is checked again `every` seconds at most (a check walks the runner's
         pending work and timers: checked at every pull of a busy job, it slows it down)."""
-        points = self.points
-        if self.next < len(points) and points[self.next] <= now:
+        if self.point is not None and self.point <= now:
             clock = self.clock()
             if clock - self.checked < self.every:
                 pass  # checked a moment ago: still blocked
-            elif not blocked(points[self.next]):
-                self.next += 1
-                while self.next < len(points) and points[self.next] <= now and \
-                        not blocked(points[self.next]):
-                    self.next += 1
+            elif not blocked(self.point):
+                self._cross()
+                while self.point is not None and self.point <= now and \
+                        not blocked(self.point):
+                    self._cross()
                 self.waiting_since = None
                 self.checked = -math.inf
             else:
@@ -83,22 +95,23 @@ class Pacer:
                 if self.waiting_since is None:
                     self.waiting_since = clock
                 if clock - self.waiting_since >= self.slack:
-                    self.next += 1
+                    self._cross()
                     self.waiting_since = None
                     self.checked = -math.inf
-        if self.next < len(points):
-            return min(now, points[self.next] - 1)
+        if self.point is not None:
+            return min(now, self.point - 1)
         return now
 
 
-def deadlines(steps, first: int, lateness_seconds: float, delay_steps: int) -> List[int]:
+def deadlines(steps, first: int, lateness_seconds: float, delay_steps: int) -> Iterator[int]:
     """The release's event-time deadlines from step `first` (micros, the timers' own due times in
-    `transforms.settle`): each step's end + the allowed lateness (its contributions
-    leave the unit stage) and each release time (the end of step s + delay_steps)."""
+    `transforms.settle`), in ascending order, computed as they are read: each step's end + the
+    allowed lateness (its contributions leave the unit stage) and each release time (the end
+    of step s + delay_steps)."""
     lateness = int(round(lateness_seconds * 1e6))
-    ends = [release_due(steps, s, 0) for s in range(first, steps.horizon + delay_steps)]
-    flushes = [step_end_due(steps, s, lateness) for s in range(first, steps.horizon)]
-    return ends + flushes
+    ends = (release_due(steps, s, 0) for s in range(first, steps.horizon + delay_steps))
+    flushes = (step_end_due(steps, s, lateness) for s in range(first, steps.horizon))
+    return heapq.merge(ends, flushes)  # each ascending in s
 
 
 def in_flight_before(evaluator, pulled, micros: int) -> bool:

@@ -320,9 +320,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                     if continuation is not None else "")
                  + f"streaming from {job.input.source_name}; "
                  f"each step is published under {stream.steps_folder(job.public_path)}/ once "
-                 f"every public key's record of it is in ({job.steps.horizon} steps of "
-                 f"{job.steps.size_seconds:g} s from "
-                 f"{TimeSteps.iso(job.steps.origin)})")
+                 f"every public key's record of it is in (" + (
+                     f"{job.steps.horizon} steps" if not job.steps.unbounded else
+                     "no horizon: until stopped, steps") + f" of {job.steps.size_seconds:g} s "
+                 f"from {TimeSteps.iso(job.steps.origin)})")
         print(where if not args.json else json.dumps(
             {"job": job.job, "release_id": transform.release_id, "streaming": True,
              "steps": stream.steps_folder(job.public_path)}, sort_keys=True), flush=True)
@@ -355,8 +356,10 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
             print(f"error: the streaming job failed: {gate.one_line(ValueError(line))}",
                   file=sys.stderr)
             return 2
-        print(f"release {transform.release_id}: {len(published)} of {job.steps.horizon} steps "
-              f"published" + ("" if code == 0 else " (stopped before the horizon's end" + (
+        print(f"release {transform.release_id}: {len(published)} " + (
+              f"of {job.steps.horizon} " if not job.steps.unbounded else "") + "steps "
+              f"published" + ("" if code == 0 else " (stopped" + (
+                  " before the horizon's end" if not job.steps.unbounded else "") + (
                   ": --continue resumes it from its last checkpointed step)"
                   if transform.checkpoint is not None and not kafka
                   else ": the release ends here)"))

@@ -526,7 +526,7 @@ def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: in
     exact dead-letter counts and publication times)."""
     lags = [published[step]["seconds_after_step_end"] for step in sorted(published)
             if published[step]["seconds_after_step_end"] is not None]
-    return {"steps_published": len(published), "horizon": job.steps.horizon,
+    return {"steps_published": len(published), "horizon": job.steps.shown_horizon,
             "last_step": max(published, default=None),
             "release_delay_steps": delay_steps,
             "seconds_after_step_end": {"max": max(lags, default=None),

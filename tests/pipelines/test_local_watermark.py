@@ -1,6 +1,7 @@
 """The local reader's paced watermark (pipelines/local_watermark.py)."""
 from __future__ import annotations
 
+import itertools
 import random
 
 from pipelines.local_watermark import Pacer, deadlines
@@ -83,3 +84,14 @@ def test_the_paced_watermark_never_passes_where_the_subscription_is_known_read()
         assert local_watermark.paced_hold(None, [], hold) == hold  # no mark: the reader's
     finally:
         local_watermark.pace(None)
+
+
+def test_the_deadlines_of_a_release_with_no_horizon_are_read_in_order_as_needed():
+    """2^21 deadlines: computed as the pacer reads them, ascending, the same as those of a
+    horizon (a lateness longer than a step interleaves the two kinds)."""
+    free = TimeSteps(origin=1000.0, size=2.0, horizon="unbounded")
+    known = TimeSteps(origin=1000.0, size=2.0, horizon=50)
+    lazy = list(itertools.islice(deadlines(free, 3, 3.0, 3), 60))
+    assert lazy == sorted(lazy) and lazy == sorted(deadlines(known, 3, 3.0, 3))[:60]
+    pacer = Pacer(deadlines(free, 3, 3.0, 3), slack=1e9, clock=lambda: 0.0, every=0.0)
+    assert pacer.hold(lazy[10], lambda point: point == lazy[10]) == lazy[10] - 1
