@@ -65,7 +65,7 @@ def after_writes(pipeline, writes: Iterable, commit: Callable[..., object], labe
 
 
 def _files(pattern: str):
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    return durable.matching(pattern)
 
 
 def dead_letter_files(operator_folder: str) -> list:

@@ -423,7 +423,9 @@ def public_summary(transform, job: job_config.JobConfig, public_folder: str,
     are read from `public_folder`; the paths name `shown_folder` (default: the job's public
     folder; the scheduler's: its release's published folder, records `records-steps-*`, and
     `released`, the steps released so far: default all)."""
-    chosen = ("auto: the lowest MaxSE for this budget and these bounds; the table: "
+    chosen = ("auto: " + ("the lowest MaxSE for this budget and these bounds" if not
+                          job.steps.unbounded else "no horizon: the horizon-free mechanism "
+                          "with the least error") + "; the table: "
               + plan_commands(transform, job.mechanism.max_state_bytes_per_key)
               ) if job.mechanism.name == "auto" else "configured"
     columns = io.released_columns(public_folder, {"stddev": float, "key": str},

@@ -450,18 +450,22 @@ def build(pipeline, job: job_config.JobConfig, transform, manifest: dict, remote
     return passed if in_driver else None
 
 
-def published_steps(job: job_config.JobConfig) -> dict:
+def published_steps(job: job_config.JobConfig, read: dict = None) -> dict:
     """step -> its operator note (a step republished from its checkpoint has none: its
-    publication time is unknown), for the steps published so far (local folders)."""
-    found = {}
+    publication time is unknown), for the steps published so far (local folders). `read`:
+    the notes read by an earlier call, by path (each is written once), kept so that a job
+    followed for many steps reads each once."""
+    found, read = {}, {} if read is None else read
     for folder, note in ((steps_folder(job.public_path), False),
                          (steps_folder(job.operator_path), True)):
         if not os.path.isdir(folder):
             continue
         for name in os.listdir(folder):
             if name.startswith("step-") and name.endswith(".json"):
+                path = os.path.join(folder, name)
+                status = read.get(path)
                 try:
-                    status = read_json(os.path.join(folder, name))
+                    status = read[path] = status or read_json(path)
                 except (OSError, ValueError):
                     continue
                 if note:
@@ -559,9 +563,9 @@ def follow(job: job_config.JobConfig, watch: Watch, out, delay_steps: int, poll:
     # start: its due steps are released as its input's watermark reaches them
     last_release = max(steps.end(steps.horizon - 1 + delay_steps), time.time())
     grace = grace_seconds if grace_seconds is not None else 2 * job.steps.size_seconds + 30
-    shown, written = set(), None
+    shown, written, read = set(), None, {}
     while True:
-        published = published_steps(job)
+        published = published_steps(job, read)
         for step in sorted(set(published) - shown):
             if published[step]["seconds_after_step_end"] is None and step not in before:
                 continue  # its files are in, its operator note not yet

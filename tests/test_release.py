@@ -146,19 +146,24 @@ def test_with_no_horizon_the_maker_grows_and_releases_what_one_built_further_rel
     bit, across the doubling (steps one at a time, as a streaming release steps)."""
     config = ContinualCount(steps=TimeSteps(0, 60, "unbounded"), public_keys=["a", "b"],
                             rho=0.5, noise=noise, seed=1, insecure=True).config
-    maker = RecordMaker(config)
+    maker, at_once = RecordMaker(config), RecordMaker(config)
     assert maker.horizon == 1024 and maker.mechanism.horizon == 1024
     further = config.build(horizon=4096)
     count = 1500
     for key, seed in (("a", 1), ("b", 2)):
         x = np.random.default_rng(seed).integers(0, 3, count).astype(float)
-        sealed, outputs = maker.seal(key, maker.mechanism.init_state()), []
-        for step in range(count):
+        sealed, outputs, records = maker.seal(key, maker.mechanism.init_state()), [], []
+        for step in range(count):  # each step's record made as it is released
             out, sealed = maker.step_sealed(key, sealed, [x[step]], step)
+            records.append(maker.record(key, step, out, outputs[-1] if outputs else 0.0))
             outputs.append(out)
         expected, state = further.for_stream(noise_stream(key)).advance(further.init_state(), x)
         assert outputs == expected.tolist()
         assert maker.restore(key, sealed) == state
-        records = [maker.record(key, step, outputs[step], 0.0) for step in (0, 1023, 1024, 1499)]
-        assert [r["stddev"] for r in records] == further.noise_std()[[0, 1023, 1024, 1499]].tolist()
-    assert maker.horizon == 2048
+        at_once.reach(count)  # a batch release of all the steps
+        assert records == [at_once.record(key, step, outputs[step],
+                                          outputs[step - 1] if step else 0.0)
+                           for step in range(count)]
+        stddevs = [maker.record(key, s, 0.0, 0.0)["stddev"] for s in (0, 1023, 1024, 1499)]
+        assert stddevs == further.noise_std()[[0, 1023, 1024, 1499]].tolist()
+    assert maker.horizon == at_once.horizon == 2048

@@ -14,8 +14,10 @@ atomic create-if-absent (a generation-match precondition).
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import uuid
+from typing import List
 
 from transforms.validation import fail
 
@@ -24,6 +26,20 @@ TEMP_PREFIX = ".tmp-"
 
 def is_local(path) -> bool:
     return "://" not in str(path)
+
+
+def matching(pattern: str) -> List[str]:
+    """The paths matching a glob, sorted: a local pattern through `glob` (Beam's local match
+    walks the pattern's folder and all below it and stats every file: a streaming release's
+    checkpoint folder gains two files per step, so each match would cost more every step),
+    any other through Beam's filesystems (no match: [])."""
+    if is_local(pattern):
+        return sorted(glob.glob(pattern))
+    from apache_beam.io.filesystems import FileSystems  # (Beam: only for remote paths)
+    try:
+        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    except Exception:  # noqa: BLE001 (no match)
+        return []
 
 
 def is_temp(path) -> bool:

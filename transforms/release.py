@@ -314,26 +314,34 @@ class RecordMaker:
             "private": config.private, "noise": self.mechanism.noise_name}
 
     def _built(self, horizon: int) -> None:
-        """The mechanism computing `horizon` steps, and its per-step laws."""
+        """The mechanism computing `horizon` steps, and its per-step laws (past the steps of
+        an earlier build only: each step's laws come from one build, whichever way the steps
+        were reached; their last bits can depend on the length they were computed at)."""
+        before = getattr(self, "horizon", 0)
         self.horizon = horizon
-        self.mechanism = self.config.build(horizon=horizon)
-        self.exact_totals = self.mechanism.discrete and isinstance(
-            self.mechanism.init_state(), CounterState)
-        self.std = self.mechanism.noise_std()
-        self.half = self.mechanism.confidence_half_width(self.config.confidence)
-        # the step's own value (this release minus the last): its exact law (`increments`)
-        self.step_std = np.sqrt(increments.increment_variance(self.mechanism))
-        self.step_half = increments.increment_half_width(self.mechanism, self.config.confidence)
+        self.mechanism = mechanism = self.config.build(horizon=horizon)
+        self.exact_totals = mechanism.discrete and isinstance(mechanism.init_state(),
+                                                              CounterState)
+        confidence = self.config.confidence
+        laws = (mechanism.noise_std(), mechanism.confidence_half_width(confidence),
+                # the step's own value (this release minus the last): its exact law
+                np.sqrt(increments.increment_variance(mechanism)),
+                increments.increment_half_width(mechanism, confidence))
+        if before:
+            laws = [np.concatenate((old[:before], new[before:])) for old, new in zip(
+                (self.std, self.half, self.step_std, self.step_half), laws)]
+        self.std, self.half, self.step_std, self.step_half = laws
         self._streams.clear()
         self._steps.clear()
 
     def reach(self, stop: int) -> None:
         """Makes steps up to `stop` (exclusive) computable. With no horizon the mechanism is
         built for the steps reached so far, doubled as the release goes on (a horizon-free
-        mechanism's outputs, laws and states at step t are the same for every horizon past
-        t), so memory and set-up follow the steps released, not the reach of 2^20."""
-        if stop > self.horizon and self.config.steps.unbounded:
-            self._built(min(self.config.steps.horizon, 1 << (stop - 1).bit_length()))
+        mechanism's outputs, laws and states at step t are those of every horizon past t),
+        so memory and set-up follow the steps released, not the reach of 2^20; every worker
+        goes through the same lengths (1,024, 2,048, ...), so the records are the same."""
+        while stop > self.horizon and self.config.steps.unbounded:
+            self._built(min(self.config.steps.horizon, 2 * self.horizon))
 
     def for_key(self, key):
         return self.mechanism.for_stream(noise_stream(key))

@@ -40,7 +40,7 @@ import os
 import uuid
 from typing import Dict, List, Tuple
 
-from transforms.durable import create_if_absent
+from transforms.durable import create_if_absent, matching
 from transforms.streams import codec
 from transforms.validation import fail
 
@@ -108,7 +108,7 @@ class UnitLog:
 def unit_log_files(folder: str) -> List[str]:
     """The unit log's files, relative to `folder` (units/<execution>/units-<random>.jsonl)."""
     return ["/".join(path.rsplit("/", 3)[-3:])
-            for path in _listing(join(folder, "units", "*", "units-*.jsonl"))]
+            for path in matching(join(folder, "units", "*", "units-*.jsonl"))]
 
 
 def _read(path: str) -> bytes:
@@ -117,18 +117,10 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def _listing(pattern: str) -> List[str]:
-    from apache_beam.io.filesystems import FileSystems
-    try:
-        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
-    except Exception:  # noqa: BLE001 (no match)
-        return []
-
-
 def sealed_bodies(config, folder: str, pattern: str):
     """(path, content) of every `sealed` file under `folder` matching `pattern`, each MAC
     verified (a damaged one is refused naming it)."""
-    for path in _listing(join(folder, pattern)):
+    for path in matching(join(folder, pattern)):
         yield path, unsealed(config, path.rsplit("/", 1)[-1], _read(path))
 
 
@@ -159,7 +151,7 @@ def replayed_step(config, folder: str, step: int, records: list, key_states: lis
     states: the runner restored the job from a state before the step and released it again
     (Flink's failover), the same step (the unit log files listed may differ: the replay wrote
     its own)."""
-    if not _listing(join(folder, keys_name(step))):
+    if not matching(join(folder, keys_name(step))):
         return False
     body = read_key_checkpoint(config, folder, step)
     exact = (lambda rows: json.dumps(rows, sort_keys=True))  # 1 and 1.0 differ, as in files
@@ -183,7 +175,7 @@ LAUNCH = (0, 0)
 def epochs(folder: str) -> List[Tuple[int, int]]:
     """The epochs of the continuations claimed in `folder`, sorted."""
     found = []
-    for path in _listing(join(folder, "from-*.json")):
+    for path in matching(join(folder, "from-*.json")):
         stem = path.rsplit("/", 1)[-1][len("from-"):-len(".json")]
         first, _, attempt = stem.partition("-")
         if first.isdigit() and (attempt == "" or attempt.isdigit()):
@@ -200,7 +192,7 @@ def superseding(folder: str, epoch: Tuple[int, int], step: int) -> List[Tuple[in
 def _numbered(folder: str, prefix: str) -> List[int]:
     """The steps N of the files `<prefix>N.json` in `folder`, sorted."""
     found = []
-    for path in _listing(join(folder, f"{prefix}*.json")):
+    for path in matching(join(folder, f"{prefix}*.json")):
         digits = path.rsplit("/", 1)[-1][len(prefix):-len(".json")]
         if digits.isdigit():
             found.append(int(digits))

@@ -2,6 +2,7 @@
 `input.kind: pubsub`, live on the local Pub/Sub emulator (started and stopped here)."""
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -13,9 +14,13 @@ import time
 import pytest
 import yaml
 
+from pipelines import config as job_config
 from pipelines import run as job_run
+from pipelines import schedule
 from pipelines.emulator import Heartbeats
 from tests.support import live as live_support
+from transforms import stream_checkpoint
+from transforms.mechanisms.choose import state_bytes_per_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE, HORIZON, LATENESS = 2.0, 5, 0.5
@@ -663,3 +668,69 @@ def test_a_restart_of_the_emulator_mid_job_does_not_end_the_release(emulator, tm
             for line in open(steps / f"step-{s:08d}.jsonl")]
     batch = batch_records(tmp_path, origin, publisher.sent, horizon)
     assert live == sorted(batch, key=lambda r: (r["step"], r["key"]))
+
+
+@pytest.mark.slow  # about 6 minutes: 1,050 steps of 0.25 s, live
+def test_a_stream_with_no_horizon_runs_past_1000_steps_as_scheduled_runs_release_it(emulator,
+                                                                                   tmp_path):
+    """`steps.horizon: unbounded`, steps of 0.25 s: the job publishes step after step past
+    1,000 until stopped (SIGINT), each step within a second of its end; its records equal
+    a scheduled release of the same events (files, the same seed) bit for bit; each key's
+    checkpointed state at step t is the size the plan states (25 + 16 t B, sealed)."""
+    size, count = 0.25, 1050
+    subscription = emulator.subscription("events", "job")
+    origin = float(int(time.time()) + 7)
+    config = write_config(tmp_path, "live", origin, {
+        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
+        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    raw = yaml.safe_load(open(config))
+    raw["steps"] = {"origin": origin, "size_seconds": size, "horizon": "unbounded",
+                    "allowed_lateness_seconds": size / 2}
+    raw["privacy"], raw["mechanism"] = {"rho": 0.5}, {"name": "auto"}
+    open(config, "w").write(yaml.safe_dump(raw))
+    job = subprocess.Popen([sys.executable, "-m", "pipelines.run", "--config", config],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    steps = tmp_path / "live" / "active-users-live" / "steps"
+    last = steps / f"step-{count - 1:08d}.json"
+    sent, i = [], 0
+    with Heartbeats(emulator, "events", every=0.1):
+        while not last.exists() and job.poll() is None and \
+                time.time() < origin + size * count + 60:
+            now = time.time()
+            if 0 <= now - origin < size * count:
+                row = {"user": f"u{i % 200}", "region": KEYS[i % 3], "t": now}
+                emulator.publish("events", row, ms=int(now * 1000))
+                sent.append(row)
+            i += 1
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+    assert last.exists(), err[-3000:]
+    operator = tmp_path / "live" / "active-users-live-operator"
+    summary = json.load(open(operator / "summary.json"))
+    assert summary["horizon"] == "unbounded" and summary["steps_published"] >= count
+    assert summary["seconds_after_step_end"]["max"] < 1.0 + size, summary
+    assert f"{summary['steps_published']} steps published (stopped: --continue resumes" in out
+    live = live_support.published_records(tmp_path / "live" / "active-users-live", count, KEYS)
+    assert {r["mechanism"] for r in live} == {"log_sqrt_toeplitz"}
+    late = {ast.literal_eval(d["record"])["t"] for d in live_support.dead_letters(operator)
+            if d["code"] == "late"}  # published after their step's lateness (a busy machine)
+    assert len(late) <= len(sent) // 100, late
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in sent if row["t"] not in late))
+    raw["input"] = {"path": str(data), "format": "jsonl", "timestamp_format": "seconds",
+                    "fields": FIELDS, "max_dead_letter_fraction": 1.0}
+    raw["steps"] = {k: raw["steps"][k] for k in ("origin", "size_seconds", "horizon")}
+    raw["output"] = {"path": str(tmp_path / "scheduled"), "formats": ["jsonl"]}
+    batch = tmp_path / "scheduled.yaml"
+    batch.write_text(yaml.safe_dump(raw))
+    scheduled = schedule.run_once(str(batch), str(tmp_path / "state"), origin + size * count)
+    assert live == sorted(live_support.records(scheduled["records"]),
+                          key=lambda r: (r["step"], r["key"]))
+    release = job_run.build_transform(job_config.load(config), checkpoint="unused").config
+    states = stream_checkpoint.read_key_checkpoint(release, str(operator / "checkpoint"),
+                                                   count - 1)["key_states"]
+    stated = state_bytes_per_key("log_sqrt_toeplitz", 1 << 20, "discrete", count)
+    assert sorted(k for k, _ in states) == KEYS
+    assert {len(state[0]) for _, state in states} == {stated} and stated == 25 + 16 * count

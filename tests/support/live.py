@@ -20,6 +20,12 @@ def published_records(folder, horizon: int, keys) -> list:
     return live
 
 
+def records(patterns) -> list:
+    """The records of the JSON-lines files matching `patterns` (globs)."""
+    return [json.loads(line) for pattern in patterns for path in sorted(glob.glob(pattern))
+            for line in open(path)]
+
+
 def dead_letters(operator) -> list:
     return [json.loads(line) for path in sorted(glob.glob(str(operator / "dead_letters-*.jsonl")))
             for line in open(path)]
