@@ -102,6 +102,11 @@ def test_with_no_horizon_other_mechanisms_and_pure_dp_are_refused(choices, error
         plan_release(ReleaseSpec.of("count", steps=FREE, public_keys=["a"], **choices))
 
 
+def test_with_no_horizon_keys_selected_privately_are_refused():
+    with pytest.raises(ValueError, match=r"^`public_keys` must be given for steps with no "):
+        plan_release(ReleaseSpec.of("count", steps=FREE, rho=0.5, selection_delta=1e-6))
+
+
 def test_with_no_horizon_a_mean_is_refused():
     with pytest.raises(ValueError, match=r"^`steps` must be a horizon T for a mean "):
         plan_release(ReleaseSpec.of("mean", steps=FREE, public_keys=["a"], rho=0.5,

@@ -287,6 +287,9 @@ def _plan_stream(spec: ReleaseSpec, transform: str, truncation: Truncation,
     name, params = spec.mechanism, dict(spec.mechanism_params or {})
     try:  # discrete noise too large to sample: refused now, in the user's budget
         if spec.steps.unbounded:  # only a horizon-free mechanism is calibrated past any T
+            if spec.selects:
+                check.fail("public_keys", "given for steps with no horizon (keys selected "
+                                          "privately are planned for a horizon)", None)
             name = _horizon_free(spec, budget, declaration, name)
         elif name == "auto":  # the lowest MaxSE (then MeanSE) of the candidates that fit
             best, _ = choose_calibrated(spec.steps.horizon, budget, declaration,
