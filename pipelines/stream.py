@@ -58,6 +58,7 @@ from transforms import stream_checkpoint as ck
 from pipelines.commit import dead_letter_files
 from pipelines.storage import remove_stale_temps
 from transforms.claims import read_claim
+from transforms.mechanisms.choose import state_bytes_per_key
 from pipelines import commit
 
 HEARTBEAT = "heartbeat"  # a message attribute: the message is not an event
@@ -527,15 +528,22 @@ class Watch:
 
 def operator_summary(job: job_config.JobConfig, published: dict, delay_steps: int) -> dict:
     """What the operator folder's summary.json says of a running streaming job (NOT private:
-    exact dead-letter counts and publication times)."""
+    exact dead-letter counts and publication times; with no horizon, also each key's state
+    after the last step published, which grows with the steps: `state_bytes_per_key`)."""
     lags = [published[step]["seconds_after_step_end"] for step in sorted(published)
             if published[step]["seconds_after_step_end"] is not None]
-    return {"steps_published": len(published), "horizon": job.steps.shown_horizon,
-            "last_step": max(published, default=None),
-            "release_delay_steps": delay_steps,
-            "seconds_after_step_end": {"max": max(lags, default=None),
-                                       "last": lags[-1] if lags else None},
-            **commit.dead_letters_by_code(job.operator_path)}
+    summary = {"steps_published": len(published), "horizon": job.steps.shown_horizon,
+               "last_step": max(published, default=None),
+               "release_delay_steps": delay_steps,
+               "seconds_after_step_end": {"max": max(lags, default=None),
+                                          "last": lags[-1] if lags else None},
+               **commit.dead_letters_by_code(job.operator_path)}
+    descriptor = ((published_release(job) or {}).get("descriptor") or {}) \
+        if job.steps.unbounded and published else {}
+    if "mechanism" in descriptor:  # (a release's own: its resolved mechanism)
+        summary["state_bytes_per_key"] = state_bytes_per_key(
+            descriptor["mechanism"], job.steps.horizon, job.privacy.noise, max(published) + 1)
+    return summary
 
 
 def step_line(job: job_config.JobConfig, status: dict) -> str:

@@ -20,7 +20,6 @@ from pipelines import schedule
 from pipelines.emulator import Heartbeats
 from tests.support import live as live_support
 from transforms import stream_checkpoint
-from transforms.mechanisms.choose import state_bytes_per_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE, HORIZON, LATENESS = 2.0, 5, 0.5
@@ -678,11 +677,7 @@ def test_a_stream_with_no_horizon_runs_past_1000_steps_as_scheduled_runs_release
     a scheduled release of the same events (files, the same seed) bit for bit; each key's
     checkpointed state at step t is the size the plan states (25 + 16 t B, sealed)."""
     size, count = 0.25, 1050
-    subscription = emulator.subscription("events", "job")
-    origin = float(int(time.time()) + 7)
-    config = write_config(tmp_path, "live", origin, {
-        "kind": "pubsub", "subscription": subscription, "timestamp_attribute": "ms",
-        "format": "jsonl", "timestamp_format": "seconds", "fields": FIELDS})
+    _, origin, config = _live_job(emulator, tmp_path, "unbounded")
     raw = yaml.safe_load(open(config))
     raw["steps"] = {"origin": origin, "size_seconds": size, "horizon": "unbounded",
                     "allowed_lateness_seconds": size / 2}
@@ -729,8 +724,9 @@ def test_a_stream_with_no_horizon_runs_past_1000_steps_as_scheduled_runs_release
     assert live == sorted(live_support.records(scheduled["records"]),
                           key=lambda r: (r["step"], r["key"]))
     release = job_run.build_transform(job_config.load(config), checkpoint="unused").config
+    last = summary["last_step"]  # its checkpoint is written before its files
     states = stream_checkpoint.read_key_checkpoint(release, str(operator / "checkpoint"),
-                                                   count - 1)["key_states"]
-    stated = state_bytes_per_key("log_sqrt_toeplitz", 1 << 20, "discrete", count)
+                                                   last)["key_states"]
     assert sorted(k for k, _ in states) == sorted(KEYS)
-    assert {len(state[0]) for _, state in states} == {stated} and stated == 25 + 16 * count
+    assert {len(state[0]) for _, state in states} == {summary["state_bytes_per_key"]} == \
+        {25 + 16 * (last + 1)}
