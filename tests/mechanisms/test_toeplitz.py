@@ -10,7 +10,8 @@ import pytest
 
 from transforms.mechanisms import ConstantNoiseSource
 from transforms.mechanisms import make as make_mechanism
-from transforms.mechanisms.toeplitz import sqrt_coefficients
+from transforms.mechanisms.toeplitz import (convolutions, exact_convolution,
+                                            sqrt_coefficients)
 
 
 def make(*args, **kwargs):
@@ -76,6 +77,33 @@ def test_fft_noise_vector_equals_direct_convolution():
     z = mechanism.noise_source.unit_noise("gaussian", mechanism.stream, 0, 0, 777)
     direct = np.convolve(sqrt_coefficients(777), z)[:777]
     np.testing.assert_allclose(mechanism._unit_noise(0, 777), direct, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("size", [2, 64, 1 << 17])
+def test_convolutions_in_reused_buffers_are_numpys_own_transform_bits(size):
+    """`convolutions` (transforms written into buffers kept per thread) gives, for each
+    spectrum in turn, the bits of numpy's irfft(rfft(v, size) * s, size), whatever the buffers
+    held before (another size, another call)."""
+    rng = np.random.default_rng(size)
+    values = rng.integers(-50, 50, size // 2).astype(np.float64)
+    spectra = [rng.normal(size=size // 2 + 1) + 1j * rng.normal(size=size // 2 + 1)
+               for _ in range(3)]
+    frequencies = np.fft.rfft(values, size)
+    for stop in (size, size // 2):
+        for spectrum, got in zip(spectra, convolutions(spectra, values, size, stop)):
+            want = np.fft.irfft(frequencies * spectrum, size)[:stop]
+            assert got.tobytes() == want.tobytes()
+        list(convolutions([np.ones(2, complex)], values[:1], 2, 1))  # another size's
+
+
+@pytest.mark.parametrize("bound", [2, 1 << 30])  # one signed product; the 12-bit limbs
+def test_exact_convolution_is_the_integer_convolution(bound):
+    rng = np.random.default_rng(bound)
+    fixed = np.rint(sqrt_coefficients(3000) * 65536).astype(np.int64)
+    values = rng.integers(-bound, bound, 3000)
+    want = [sum(int(fixed[t - s]) * int(values[s]) for s in range(t + 1))
+            for t in range(0, 3000, 97)]
+    assert exact_convolution(fixed, values)[::97].tolist() == want
 
 
 # ----- the discrete square root (zCDP) -------------------------------------------------------

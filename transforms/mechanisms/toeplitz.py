@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import inspect
 import math
+import threading
 
 from transforms import validation as check
 from . import sensitivity, tails
@@ -112,9 +114,44 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
     return inverse
 
 
+# numpy >= 2.0 writes a transform into a given array (`out=`); older numpy allocates it
+_FFT_OUT = "out" in inspect.signature(np.fft.rfft).parameters
+_SCRATCH = threading.local()  # this thread's transform buffers (`convolutions`)
+
+
+def convolutions(spectra, values: np.ndarray, size: int, stop: int):
+    """irfft(s * rfft(values, size), size)[:stop] for each spectrum s of `spectra` in turn, the
+    same bits, in this thread's two transform buffers of the last `size` (a spectrum and a
+    signal; 32 B per step of the horizon), kept between calls: arrays that large are
+    returned to the OS when freed, and a new one is mapped in again page by page on every
+    call. Each result is a view of the signal buffer: valid until the next one, and the caller
+    may overwrite it."""
+    if not _FFT_OUT:
+        frequencies = np.fft.rfft(values, size)
+        for spectrum in spectra:
+            yield np.fft.irfft(frequencies * spectrum, size)[:stop]
+        return
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None or buffers[1].shape[0] != size:
+        buffers = _SCRATCH.buffers = (np.empty(size // 2 + 1, dtype=np.complex128),
+                                      np.empty(size, dtype=np.float64))
+    frequencies, signal = buffers
+    np.fft.rfft(values, size, out=frequencies)
+    for i, spectrum in enumerate(spectra):  # the last product overwrites the spectrum
+        # rfft(values) times spectrum, in this order: numpy computed `spectrum * rfft(...)`
+        # so (it reuses a temporary left operand), and the order changes a product's bits
+        product = np.multiply(frequencies, spectrum,
+                              out=frequencies if i == len(spectra) - 1 else None)
+        np.fft.irfft(product, size, out=signal)
+        yield signal[:stop]
+
+
 def _exact_rounding(raw: np.ndarray) -> np.ndarray:
+    """rint(raw) as int64, failing closed unless every value is within 1/4 of it (`raw`, a
+    `convolutions` result, is overwritten)."""
     rounded = np.rint(raw)
-    if np.max(np.abs(raw - rounded), initial=0.0) > 0.25:
+    deviation = np.abs(np.subtract(raw, rounded, out=raw), out=raw)
+    if np.max(deviation, initial=0.0) > 0.25:
         raise AssertionError("limb convolution is not exact")
     return rounded.astype(np.int64)
 
@@ -140,18 +177,17 @@ def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
             spectra[key] = f_spectra
     whole, limb_spectra = f_spectra[0], f_spectra[1:]
     if int(np.sum(np.abs(values))) < 1 << 26:
-        spectrum = np.fft.rfft(values.astype(np.float64), size)
-        return _exact_rounding(np.fft.irfft(whole * spectrum, size)[:n])
+        raw, = convolutions([whole], values.astype(np.float64), size, n)
+        return _exact_rounding(raw)
     total = np.zeros(n, dtype=np.int64)
     for sign, part in ((1, np.maximum(values, 0)), (-1, np.maximum(-values, 0))):
         for b in range(4):
             limb = (part >> (12 * b)) & 0xFFF
             if not limb.any():
                 continue
-            spectrum = np.fft.rfft(limb.astype(np.float64), size)
-            for a, f_spectrum in enumerate(limb_spectra):
-                rounded = _exact_rounding(np.fft.irfft(f_spectrum * spectrum, size)[:n])
-                total += sign * (rounded << (9 * a + 12 * b))
+            for a, raw in enumerate(convolutions(limb_spectra, limb.astype(np.float64),
+                                                 size, n)):
+                total += sign * (_exact_rounding(raw) << (9 * a + 12 * b))
     return total
 
 
@@ -370,8 +406,8 @@ class SqrtToeplitz(ToeplitzMechanism):
             if (n, size) not in spectra:
                 spectra.clear()  # bounded memory
                 spectra[(n, size)] = np.fft.rfft(self.left_coefficients()[:n], size)
-            out = np.fft.irfft(spectra[(n, size)] * np.fft.rfft(integers, size),
-                               size)[start:start + count]
+            out, = convolutions([spectra[(n, size)]], integers, size, n)
+            out = out[start:]
         else:
             out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
                             for t in range(start, start + count)])
