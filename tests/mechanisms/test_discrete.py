@@ -4,6 +4,7 @@ distribution (chi-square), the exact tail sampler far beyond the table, and keye
 Statistical checks use fixed keys; each states its false-failure rate."""
 from __future__ import annotations
 
+import bisect
 import decimal
 import hashlib
 import math
@@ -168,10 +169,12 @@ class _FixedWordBits(BitStream):
         return value if value is not None else super().word(bits)
 
 
-@pytest.mark.parametrize("kind,parameter", [(DISCRETE_LAPLACE, 3.0), (DISCRETE_GAUSSIAN, 4.0)])
+@pytest.mark.parametrize("kind,parameter", [(DISCRETE_LAPLACE, 3.0), (DISCRETE_GAUSSIAN, 4.0),
+                                            (DISCRETE_GAUSSIAN, 1e5)])
 def test_sampled_magnitude_is_the_exact_127_bit_count_including_ties(kind, parameter):
     """Magnitude = #{m : C_m <= u} for u = top 2^63 + low, compared with Python integers on
-    random u and on crafted ties (u = C_m and C_m - 1, whose top word equals a threshold's)."""
+    random u and on crafted ties (u = C_m and C_m - 1, whose top word equals a threshold's),
+    at the table's head and tail (where the guide's buckets hold several thresholds)."""
     sampler = DiscreteSampler(kind, parameter)
     size = sampler.size
     thresholds = [(int(h) << 63) | int(lo) for h, lo in zip(sampler._high, sampler._low)]
@@ -179,13 +182,13 @@ def test_sampled_magnitude_is_the_exact_127_bit_count_including_ties(kind, param
     us = [int(a) << 63 | int(b) for a, b in zip(rng.integers(0, 2 ** 63, 500, dtype=np.uint64) * 2
                                                + rng.integers(0, 2, 500, dtype=np.uint64),
                                                rng.integers(0, 2 ** 63, 500, dtype=np.uint64))]
-    us += [c + d for c in thresholds[:50] for d in (-1, 0, 1)]
+    us += [c + d for c in thresholds[:50] + thresholds[-50:] for d in (-1, 0, 1)]
     us = [u for u in us if u < thresholds[-1]]  # beyond the table: the tail test covers it
     top = np.array([u >> 63 for u in us], dtype=np.uint64)
     lows = [u & ((1 << 63) - 1) for u in us]
     values = sampler.sample(top, np.zeros(len(us), dtype=bool),
                             lambda i: _FixedWordBits(lows[i], f"t{i}"))
-    expected = [sum(c <= u for c in thresholds) for u in us]
+    expected = [bisect.bisect_right(thresholds, u) for u in us]  # thresholds ascend
     assert values.tolist() == expected
     assert size == len(thresholds)
 

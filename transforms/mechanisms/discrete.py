@@ -199,27 +199,35 @@ class DiscreteSampler:
     def _guide(self):
         """Per b-bit prefix of a word (b = 16, or 2 more bits than the table size needs):
         thresholds whose top word is below the prefix's bucket, and whether several fall inside
-        it (a guide table: one gather instead of a binary search)."""
+        it (a guide table: one gather instead of a binary search). The counts are int32 (the
+        table has at most MAX_TABLE entries): half the memory that random reads go through."""
         if len(self._built()) == 5:
             high = self._high
             bits = min(22, max(16, high.shape[0].bit_length() + 2))
             starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
-            below = np.searchsorted(high, starts, side="left").astype(np.int64)
+            below = np.searchsorted(high, starts, side="left").astype(np.int32)
             inside = np.diff(np.append(below, high.shape[0]))
             padded = np.append(high, np.uint64(2 ** 64 - 1))
             self._table = self._table + (below, inside > 1, padded, bits)
         return self._table[5:9]
 
-    def _count_below(self, hi: np.ndarray) -> np.ndarray:
-        """Number of thresholds whose top word is < hi (same as a left binary search)."""
+    def _count_below(self, hi: np.ndarray):
+        """(number of thresholds whose top word is < hi, as a left binary search gives it,
+        int64; whether the threshold at that count has top word hi). Outside crowded buckets
+        the bucket holds at most the threshold at `first`, so the one after it is beyond hi:
+        a tie can only be with the threshold at `first`."""
         below, dense, padded, bits = self._guide()
         prefix = (hi >> np.uint64(64 - bits)).view(np.int64)  # < 2^bits: the same values
         first = below[prefix]
-        count = first + (padded[first] < hi)
+        at_first = padded[first]
+        count = np.add(first, at_first < hi, dtype=np.int64)
+        tie = at_first == hi
         crowded = np.nonzero(dense[prefix])[0]  # buckets holding several thresholds (tail)
         if crowded.shape[0]:
-            count[crowded] = np.searchsorted(self._high, hi[crowded], side="left")
-        return count
+            counts = np.searchsorted(self._high, hi[crowded], side="left")
+            count[crowded] = counts
+            tie[crowded] = padded[counts] == hi[crowded]
+        return count, tie
 
     # ----- table -------------------------------------------------------------------------------
     def _weight_sequence(self):
@@ -299,10 +307,10 @@ class DiscreteSampler:
         `node_bits(i)` is value i's own keyed bit stream, read only in the rare cases: u's low
         63 bits when its top word equals a threshold's (probability about M 2^-64 per value),
         then the exact tail (probability about 2^-40)."""
-        magnitude = self._count_below(top)
-        padded, size = self._guide()[2], self.size
+        magnitude, tie = self._count_below(top)
+        size = self.size
         streams = {}
-        for i in np.nonzero(padded[magnitude] == top)[0]:
+        for i in np.nonzero(tie)[0]:
             bits = streams[i] = node_bits(int(i))
             j, low = int(magnitude[i]), bits.word(63)
             while j < size and int(self._high[j]) == int(top[i]) and int(self._low[j]) <= low:
