@@ -264,24 +264,46 @@ class SmoothBinary(TreeMechanism):
     # same order as the streaming path, so the results are identical. The parents p = q >> 1 of
     # the odd q of a run of consecutive balanced m are every usable parent between the first and
     # the last (a usable p between them has a balanced completion between their m), so their
-    # compact indices are one contiguous range: one read per level, O(count) memory.
+    # compact indices are one contiguous range: one read per level, O(count) memory. Which
+    # rows, parents and reads these are depends on the steps only, not on the stream: the
+    # plan (`_batch_plan`) is found once per run of steps and kept for the mechanism's streams.
     def _combine(self, start, count, values, signed):
         if count <= 0:
             return np.zeros(0, dtype=np.float64)
-        prefixes, parents = self._distinct_prefixes(self._balanced_range(start + 1, count))
         acc = None
-        for level in range(self.height - 1, -1, -1):
-            q = prefixes[level]
+        for level, size, parents, rows, first, factor in self._batch_plan(start, count):
             if acc is None:
-                acc = np.zeros(q.shape[0], dtype=np.float64)
-            elif parents[level] is not None:
-                acc = acc[parents[level]]
-            rows = np.flatnonzero((q & 1).astype(bool))
+                acc = np.zeros(size, dtype=np.float64)
+            elif parents is not None:
+                acc = acc[parents]
             if rows.shape[0]:
                 # Adding the 0 of an even q (or of a pruned node) would leave acc unchanged: acc
                 # starts at +0.0 and a sum is -0.0 only if both terms are, so it never is.
-                acc[rows] += self._level_values(level, q[rows], values)
+                picked = values(level, first, rows.shape[0])
+                if factor is not None:
+                    picked = picked * factor
+                acc[rows] += picked
         return acc
+
+    def _batch_plan(self, start: int, count: int) -> list:
+        """Per level from the top, for steps start+1 .. start+count: (level, number of distinct
+        q = m >> level, each one's parent among the level above's (None: the identity), the
+        rows of the odd q, the first compact index of their nodes, the pruning factor or
+        None) (`_distinct_prefixes`, `_level_reads`). The last run's plan is kept for the
+        mechanism's streams (a batch release of many keys runs the same steps): int64 indices,
+        at most two per distinct q, a few per step."""
+        kept = self._cache.get("batch_plan")
+        if kept is not None and kept[0] == (start, count):
+            return kept[1]
+        prefixes, parents = self._distinct_prefixes(self._balanced_range(start + 1, count))
+        plan = []
+        for level in range(self.height - 1, -1, -1):
+            q = prefixes[level]
+            rows = np.flatnonzero((q & 1).astype(bool))
+            first, factor = self._level_reads(level, q[rows]) if rows.shape[0] else (0, None)
+            plan.append((level, q.shape[0], parents[level], rows, first, factor))
+        self._cache["batch_plan"] = ((start, count), plan)
+        return plan
 
     def _distinct_prefixes(self, prefix_leaves: np.ndarray):
         """Per level l: the sorted distinct values of prefix_leaves >> l, and for each the index
@@ -315,23 +337,23 @@ class SmoothBinary(TreeMechanism):
             used.append(marks)
         return used
 
-    def _level_values(self, level, odd_prefixes, values) -> np.ndarray:
-        """Value of node 2 (q >> 1) of `level` for each (sorted, distinct, odd) q = m >> level
-        of a run of consecutive steps, times 0 if it is data free and pruning; `values` is
-        indexed by compact index."""
+    def _level_reads(self, level, odd_prefixes):
+        """(first compact index, pruning factor or None) of the nodes 2 (q >> 1) of `level`
+        for the (sorted, distinct, odd) q = m >> level of a run of consecutive steps: their
+        values are the read of that many nodes from the first, times the factor (0.0 if data
+        free and pruning, else 1.0) when pruning."""
         count = odd_prefixes.shape[0]
         first = self.compact_index(level, int(odd_prefixes[0]) >> 1)
         if self.compact_index(level, int(odd_prefixes[-1]) >> 1) != first + count - 1:
             raise AssertionError("the used parents of a run are not contiguous usable parents")
-        picked = values(level, first, count)
-        if self.prune:
-            # The left child of node q >> 1 holds the numbers below m with the same bits above
-            # `level`; it holds a data leaf (rank < t <= T) unless it holds no balanced number,
-            # i.e. unless the `level` bits of m below `level` are all ones: h/2 - popcount(q)
-            # = level. Its value is multiplied by 0.0 (free) or 1.0, as in streaming.
-            free = self.height // 2 - popcount(odd_prefixes) == level
-            picked = picked * (~free).astype(np.float64)
-        return picked
+        if not self.prune:
+            return first, None
+        # The left child of node q >> 1 holds the numbers below m with the same bits above
+        # `level`; it holds a data leaf (rank < t <= T) unless it holds no balanced number,
+        # i.e. unless the `level` bits of m below `level` are all ones: h/2 - popcount(q)
+        # = level. Its value is multiplied by 0.0 (free) or 1.0, as in streaming.
+        free = self.height // 2 - popcount(odd_prefixes) == level
+        return first, (~free).astype(np.float64)
 
     def _structural_column_count(self):
         return self.height // 2  # only left children are ever used; a data leaf has h/2 zeros
