@@ -10,8 +10,7 @@ import pytest
 
 from transforms.mechanisms import ConstantNoiseSource
 from transforms.mechanisms import make as make_mechanism
-from transforms.mechanisms.toeplitz import (convolutions, exact_convolution,
-                                            sqrt_coefficients)
+from transforms.mechanisms.toeplitz import convolve, exact_convolution, sqrt_coefficients
 
 
 def make(*args, **kwargs):
@@ -80,30 +79,32 @@ def test_fft_noise_vector_equals_direct_convolution():
 
 
 @pytest.mark.parametrize("size", [2, 64, 1 << 17])
-def test_convolutions_in_reused_buffers_are_numpys_own_transform_bits(size):
-    """`convolutions` (transforms written into buffers kept per thread) gives, for each
-    spectrum in turn, the bits of numpy's irfft(rfft(v, size) * s, size), whatever the buffers
-    held before (another size, another call)."""
+def test_convolve_in_reused_buffers_is_numpys_own_transform_bits(size):
+    """`convolve` (transforms written into buffers kept per thread) gives the bits of numpy's
+    irfft(rfft(v, size) * s, size), whatever the buffers held before (another size, an exact
+    convolution's blocks)."""
     rng = np.random.default_rng(size)
     values = rng.integers(-50, 50, size // 2).astype(np.float64)
-    spectra = [rng.normal(size=size // 2 + 1) + 1j * rng.normal(size=size // 2 + 1)
-               for _ in range(3)]
     frequencies = np.fft.rfft(values, size)
     for stop in (size, size // 2):
-        for spectrum, got in zip(spectra, convolutions(spectra, values, size, stop)):
-            want = np.fft.irfft(frequencies * spectrum, size)[:stop]
-            assert got.tobytes() == want.tobytes()
-        list(convolutions([np.ones(2, complex)], values[:1], 2, 1))  # another size's
+        spectrum = rng.normal(size=size // 2 + 1) + 1j * rng.normal(size=size // 2 + 1)
+        want = np.fft.irfft(frequencies * spectrum, size)[:stop]
+        assert convolve(spectrum, values, size, stop).tobytes() == want.tobytes()
+        convolve(np.ones(2, complex), values[:1], 2, 1)  # another size's
+        exact_convolution(np.arange(70, 0, -1), np.arange(70))
 
 
+@pytest.mark.parametrize("n", [1, 2, 9, 64, 3000])
 @pytest.mark.parametrize("bound", [2, 1 << 30])  # one signed product; the 12-bit limbs
-def test_exact_convolution_is_the_integer_convolution(bound):
-    rng = np.random.default_rng(bound)
-    fixed = np.rint(sqrt_coefficients(3000) * 65536).astype(np.int64)
-    values = rng.integers(-bound, bound, 3000)
-    want = [sum(int(fixed[t - s]) * int(values[s]) for s in range(t + 1))
-            for t in range(0, 3000, 97)]
-    assert exact_convolution(fixed, values)[::97].tolist() == want
+def test_exact_convolution_is_the_integer_convolution(n, bound):
+    """Blocks of a power of two, the last one partial, against Python integers."""
+    rng = np.random.default_rng(bound + n)
+    fixed = np.rint(sqrt_coefficients(n) * 65536).astype(np.int64)
+    values = rng.integers(-bound, bound, n)
+    rows = range(0, n, max(1, n // 40))
+    want = [sum(int(fixed[t - s]) * int(values[s]) for s in range(t + 1)) for t in rows]
+    assert exact_convolution(fixed, values)[list(rows)].tolist() == want
+    assert exact_convolution(fixed, values).shape == (n,)
 
 
 # ----- the discrete square root (zCDP) -------------------------------------------------------

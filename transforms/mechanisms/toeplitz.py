@@ -116,78 +116,125 @@ def series_inverse(coefficients: np.ndarray) -> np.ndarray:
 
 # numpy >= 2.0 writes a transform into a given array (`out=`); older numpy allocates it
 _FFT_OUT = "out" in inspect.signature(np.fft.rfft).parameters
-_SCRATCH = threading.local()  # this thread's transform buffers (`convolutions`)
+_SCRATCH = threading.local()  # this thread's transform buffers (`_scratch`)
 
 
-def convolutions(spectra, values: np.ndarray, size: int, stop: int):
-    """irfft(s * rfft(values, size), size)[:stop] for each spectrum s of `spectra` in turn, the
-    same bits, in this thread's two transform buffers of the last `size` (a spectrum and a
-    signal; 32 B per step of the horizon), kept between calls: arrays that large are
-    returned to the OS when freed, and a new one is mapped in again page by page on every
-    call. Each result is a view of the signal buffer: valid until the next one, and the caller
-    may overwrite it."""
-    if not _FFT_OUT:
-        frequencies = np.fft.rfft(values, size)
-        for spectrum in spectra:
-            yield np.fft.irfft(frequencies * spectrum, size)[:stop]
-        return
+def _scratch(complex_count: int, real_count: int):
+    """Views of the first `complex_count` complex and `real_count` real values of this
+    thread's transform buffers, kept between calls (grown when a call needs more: 36 B per
+    step of the longest horizon the thread released): arrays that large are returned to the
+    OS when freed, and a new one is mapped in again page by page on every call."""
     buffers = getattr(_SCRATCH, "buffers", None)
-    if buffers is None or buffers[1].shape[0] != size:
-        buffers = _SCRATCH.buffers = (np.empty(size // 2 + 1, dtype=np.complex128),
-                                      np.empty(size, dtype=np.float64))
-    frequencies, signal = buffers
-    np.fft.rfft(values, size, out=frequencies)
-    for i, spectrum in enumerate(spectra):  # the last product overwrites the spectrum
-        # rfft(values) times spectrum, in this order: numpy computed `spectrum * rfft(...)`
-        # so (it reuses a temporary left operand), and the order changes a product's bits
-        product = np.multiply(frequencies, spectrum,
-                              out=frequencies if i == len(spectra) - 1 else None)
-        np.fft.irfft(product, size, out=signal)
-        yield signal[:stop]
+    if buffers is None or buffers[0].shape[0] < complex_count \
+            or buffers[1].shape[0] < real_count:
+        held = (0, 0) if buffers is None else (buffers[0].shape[0], buffers[1].shape[0])
+        buffers = _SCRATCH.buffers = (np.empty(max(complex_count, held[0]), np.complex128),
+                                      np.empty(max(real_count, held[1]), np.float64))
+    return buffers[0][:complex_count], buffers[1][:real_count]
 
 
-def _exact_rounding(raw: np.ndarray) -> np.ndarray:
-    """rint(raw) as int64, failing closed unless every value is within 1/4 of it (`raw`, a
-    `convolutions` result, is overwritten)."""
+def _into(transform, values: np.ndarray, out: np.ndarray, **options) -> np.ndarray:
+    """transform(values, **options), written into `out` where numpy can (the same values)."""
+    return transform(values, out=out, **options) if _FFT_OUT else transform(values, **options)
+
+
+def convolve(spectrum: np.ndarray, values: np.ndarray, size: int, stop: int) -> np.ndarray:
+    """irfft(rfft(values, size) * spectrum, size)[:stop], the same bits, in this thread's
+    buffers (`_scratch`): a view of them, valid until its next transform."""
+    frequencies, signal = _scratch(size // 2 + 1, size)
+    frequencies = _into(np.fft.rfft, values, frequencies, n=size)
+    # rfft(values) times spectrum, in this order: numpy computed `spectrum * rfft(...)` so
+    # (it reuses a temporary left operand), and the order changes a product's bits
+    np.multiply(frequencies, spectrum, out=frequencies)
+    return _into(np.fft.irfft, frequencies, signal, n=size)[:stop]
+
+
+def _blocks(n: int):
+    """(B, K): an exact convolution of n values splits them into K <= 8 blocks of B, a power
+    of two (8 B >= n)."""
+    block = 1 << max(0, (n - 1).bit_length() - 3)
+    return block, -(-n // block)
+
+
+def block_spectra(coefficients: np.ndarray, n: int) -> np.ndarray:
+    """rfft (2B points, `_blocks`) of F[dB - B, dB + B) for d < K (F = 0 before 0): the lags
+    of F through which block j of v reaches block j + d of F * v."""
+    block, count = _blocks(n)
+    padded = np.zeros((count + 1) * block)
+    padded[block:block + n] = coefficients[:n]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * block)[::block][:count]
+    return np.fft.rfft(windows, axis=1)
+
+
+def block_convolution(spectra: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(F * v)_t for t < K B as K rows of B floats (a view of this thread's buffers, valid
+    until its next transform), from `block_spectra` of F (overlap-save): row i is the last B
+    points of the 2B-point cyclic convolution of sum_{j <= i} window_{i-j} (x) block_j (v's
+    block j zero padded), the sum taken on the spectra. One transform of K rows of 2B points
+    each way instead of 2^21-point ones, whose data miss the processor's caches."""
+    n = values.shape[0]
+    block, count = _blocks(n)
+    width = block + 1
+    complexes, reals = _scratch((count + 2) * width, 2 * count * block)
+    signals = reals.reshape(count, 2 * block)
+    signals[:, block:] = 0.0
+    rows = n // block
+    signals[:rows, :block] = values[:rows * block].reshape(rows, block)
+    if rows < count:
+        signals[rows, :n - rows * block] = values[rows * block:]
+        signals[rows, n - rows * block:block] = 0.0
+    frequencies = _into(np.fft.rfft, signals, complexes[:count * width].reshape(count, width),
+                        axis=1)
+    total, product = complexes[count * width:(count + 1) * width], complexes[-width:]
+    for i in range(count - 1, -1, -1):  # row i needs rows j <= i: from the last, in place
+        np.multiply(frequencies[i], spectra[0], out=total)
+        for j in range(i):
+            np.add(total, np.multiply(frequencies[j], spectra[i - j], out=product), out=total)
+        frequencies[i] = total
+    return _into(np.fft.irfft, frequencies, signals, n=2 * block, axis=1)[:, block:]
+
+
+def _exact_rounding(raw: np.ndarray, n: int) -> np.ndarray:
+    """The first n of rint(raw) as int64 (`block_convolution`'s rows in order), failing
+    closed unless every value is within 1/4 of it (`raw` is overwritten)."""
     rounded = np.rint(raw)
     deviation = np.abs(np.subtract(raw, rounded, out=raw), out=raw)
     if np.max(deviation, initial=0.0) > 0.25:
         raise AssertionError("limb convolution is not exact")
-    return rounded.astype(np.int64)
+    return rounded.astype(np.int64).reshape(-1)[:n]
 
 
 def exact_convolution(coefficients: np.ndarray, values: np.ndarray, spectra=None
                       ) -> np.ndarray:
     """(F * v)_t = sum_{s <= t} F[t - s] v[s] exactly in int64, for 0 <= F <= 2^16,
-    sum |v| < 2^46 and t < 2^20. Every float FFT sum is kept below 2^42 in magnitude, far inside
-    exact rounding, and the result is checked to be integral (fails closed otherwise):
+    sum |v| < 2^46 and t < 2^20, by `block_convolution`. Every float FFT sum is kept below
+    2^42 in magnitude, far inside exact rounding, and the result is checked to be integral
+    (fails closed otherwise):
     - sum |v| < 2^26 (e.g. counts): one signed product with the whole F (|sum| <= 2^16 sum |v|);
     - otherwise v is split into its positive and negative parts and 12-bit limbs, F into 9-bit
       limbs (each limb product is below 2^9 2^12 2^20 = 2^41); each part's total is at most
       2^16 sum |v| < 2^62."""
     n = values.shape[0]
-    size = 1 << max(1, (2 * n - 1).bit_length())
-    key = (n, size)
-    f_spectra = spectra.get(key) if spectra is not None else None
+    f_spectra = spectra.get(n) if spectra is not None else None
     if f_spectra is None:
         f_limbs = [coefficients[:n]] + [(coefficients[:n] >> (9 * a)) & 0x1FF for a in range(2)]
-        f_spectra = [np.fft.rfft(limb.astype(np.float64), size) for limb in f_limbs]
+        f_spectra = [block_spectra(limb.astype(np.float64), n) for limb in f_limbs]
         if spectra is not None:
             spectra.clear()  # one horizon prefix at a time (bounded memory)
-            spectra[key] = f_spectra
+            spectra[n] = f_spectra
     whole, limb_spectra = f_spectra[0], f_spectra[1:]
     if int(np.sum(np.abs(values))) < 1 << 26:
-        raw, = convolutions([whole], values.astype(np.float64), size, n)
-        return _exact_rounding(raw)
+        return _exact_rounding(block_convolution(whole, values.astype(np.float64)), n)
     total = np.zeros(n, dtype=np.int64)
     for sign, part in ((1, np.maximum(values, 0)), (-1, np.maximum(-values, 0))):
         for b in range(4):
             limb = (part >> (12 * b)) & 0xFFF
             if not limb.any():
                 continue
-            for a, raw in enumerate(convolutions(limb_spectra, limb.astype(np.float64),
-                                                 size, n)):
-                total += sign * (_exact_rounding(raw) << (9 * a + 12 * b))
+            limb = limb.astype(np.float64)
+            for a, f_spectrum in enumerate(limb_spectra):
+                rounded = _exact_rounding(block_convolution(f_spectrum, limb), n)
+                total += sign * (rounded << (9 * a + 12 * b))
     return total
 
 
@@ -406,8 +453,7 @@ class SqrtToeplitz(ToeplitzMechanism):
             if (n, size) not in spectra:
                 spectra.clear()  # bounded memory
                 spectra[(n, size)] = np.fft.rfft(self.left_coefficients()[:n], size)
-            out, = convolutions([spectra[(n, size)]], integers, size, n)
-            out = out[start:]
+            out = convolve(spectra[(n, size)], integers, size, n)[start:]
         else:
             out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
                             for t in range(start, start + count)])
