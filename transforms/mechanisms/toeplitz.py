@@ -424,7 +424,9 @@ class SqrtToeplitz(ToeplitzMechanism):
         start, count = state.steps, xs.shape[0]
         if start + count > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", start + count)
-        inputs = np.concatenate((np.array(state.inputs, dtype=np.int64), xs.astype(np.int64)))
+        inputs = xs.astype(np.int64)
+        if state.inputs:  # (a batch release has no history to join)
+            inputs = np.concatenate((np.array(state.inputs, dtype=np.int64), inputs))
         shift = self.fixed_bits - self.grid_bits
         fixed = self.fixed_coefficients()
         if start + count > DIRECT_LIMIT and count > 1:
@@ -442,9 +444,11 @@ class SqrtToeplitz(ToeplitzMechanism):
                                  for t in range(start, start + count)], dtype=np.int64)
         if shift:
             products = (products + (1 << (shift - 1))) >> shift  # round half up, exactly
-        rounded = np.concatenate((np.array(state.rounded, dtype=np.int64), products))
+        rounded = products
+        if state.rounded:
+            rounded = np.concatenate((np.array(state.rounded, dtype=np.int64), products))
         noise = self._draw(0, 0, start + count).astype(np.int64)
-        integers = (rounded + noise).astype(np.float64)  # y, exact (|y| < 2^53)
+        integers = np.add(rounded, noise, out=noise).astype(np.float64)  # y, exact (|y| < 2^53)
         left = self._reversed_left()
         if start + count > DIRECT_LIMIT and count > 1:
             n = start + count
