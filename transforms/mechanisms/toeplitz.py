@@ -425,7 +425,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         if start + count > self.horizon:
             check.fail("steps released", f"<= horizon ({self.horizon})", start + count)
         inputs = xs.astype(np.int64)
-        if state.inputs:  # (a batch release has no history to join)
+        if len(state.inputs):  # (a batch release has no history to join)
             inputs = np.concatenate((np.array(state.inputs, dtype=np.int64), inputs))
         shift = self.fixed_bits - self.grid_bits
         fixed = self.fixed_coefficients()
@@ -445,7 +445,7 @@ class SqrtToeplitz(ToeplitzMechanism):
         if shift:
             products = (products + (1 << (shift - 1))) >> shift  # round half up, exactly
         rounded = products
-        if state.rounded:
+        if len(state.rounded):
             rounded = np.concatenate((np.array(state.rounded, dtype=np.int64), products))
         noise = self._draw(0, 0, start + count).astype(np.int64)
         integers = np.add(rounded, noise, out=noise).astype(np.float64)  # y, exact (|y| < 2^53)
