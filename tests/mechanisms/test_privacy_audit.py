@@ -55,7 +55,10 @@ def zcdp_audit(mechanism, samples):
 ZCDP_CASES = [("binary_tree", {}, "discrete"), ("kary_subtraction", {"k": 5}, "discrete"),
               ("smooth_binary", {}, "discrete"), ("naive_composition", {}, "discrete"),
               ("sqrt_toeplitz", {}, "discrete"), ("sqrt_toeplitz", {}, "float"),
-              ("kary_subtraction", {"k": 5}, "float")]
+              ("kary_subtraction", {"k": 5}, "float"),
+              # horizon-free: calibrated for every horizon, audited on its first steps
+              ("log_sqrt_toeplitz", {}, "discrete"), ("log_sqrt_toeplitz", {}, "float"),
+              ("hybrid", {}, "float")]
 
 
 @pytest.mark.parametrize("name,params,noise", ZCDP_CASES)
