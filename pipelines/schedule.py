@@ -270,10 +270,11 @@ def summarised(config_path: str, job, transform, summary: dict, result=None,
                   checkpointed=summary["records"], checkpoint=folder,
                   budget_ledger=summary.get("budget_ledger"),
                   complete=summary["released_after"] >= job.steps.horizon)
-    if job.steps.unbounded:  # its state grows with the steps released
+    name, noise = transform.resolved_mechanism[0], job.privacy.noise
+    if job.steps.unbounded and state_bytes_per_key(name, job.steps.horizon, noise, 2) > \
+            state_bytes_per_key(name, job.steps.horizon, noise, 1):  # a state that grows
         public["state_bytes_per_key_now"] = state_bytes_per_key(
-            transform.resolved_mechanism[0], job.steps.horizon, job.privacy.noise,
-            summary["released_after"])
+            name, job.steps.horizon, noise, summary["released_after"])
     operator = None if result is None else operator_summary(result, folder, job, config_path)
     return dict(summary, job=job.job, public=public, operator_not_private=operator,
                 job_config=job, transform=transform)

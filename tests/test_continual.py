@@ -532,3 +532,18 @@ def test_a_delta_above_1e_3_needs_allow_large_delta():
     with pytest.raises(ValueError, match=r"^`delta` must be <= 0\.001 unless "):
         ContinualMean(epsilon=1.0, delta=0.01, max_value=5.0, **common)
     ContinualMean(epsilon=1.0, delta=0.01, max_value=5.0, allow_large_delta=True, **common)
+
+
+def test_with_no_horizon_bounded_input_needs_a_window():
+    """Steps with no horizon on bounded input: without `resume(window)` the whole reach (2^20
+    steps, all but the data's noise only) would be released at once, and the release end."""
+    from transforms.messages import StepWindow  # (this test's only)
+    free = TimeSteps(ORIGIN, 60.0, "unbounded")
+    events = [(("u1", "a"), ORIGIN + 1.0)]
+    with pytest.raises(ValueError, match=r"^`window` must be given with `resume` for steps "
+                                         r"with no horizon on bounded input"):
+        run(ContinualCount(steps=free, public_keys=["a"], rho=0.5, **ZERO), events)
+    counted = ContinualCount(steps=free, public_keys=["a"], rho=0.5, **ZERO)
+    counted.resume(StepWindow(0, 3))
+    records, _ = run(counted, events)
+    assert [(r["step"], r["value"]) for r in records] == [(0, 1.0), (1, 1.0), (2, 1.0)]

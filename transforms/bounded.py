@@ -301,7 +301,8 @@ class _ReleaseKeysFn(beam.DoFn):
     def setup(self):
         self.maker = RecordMaker(self.config)
         steps = self.config.steps  # every record of a step carries the same event time
-        self._stamps = [Timestamp.of(steps.end(step) - MICRO) for step in range(steps.horizon)]
+        self._stamps = {step: Timestamp.of(steps.end(step) - MICRO)  # the window's only
+                        for step in range(self.window.first, self.window.stop)}
 
     def process(self, item, window=beam.DoFn.WindowParam):
         key, grouped = item

@@ -303,6 +303,11 @@ class ContinualBase(beam.PTransform):
 
     def expand(self, events):
         self._claim()
+        if self._window is None and self.steps.unbounded and \
+                events.is_bounded is not False:
+            check.fail("window", "given with `resume` for steps with no horizon on bounded "
+                                 "input (the whole reach would be released now, every step "
+                                 "after the data's as noise)", None)
         window = self._window or StepWindow.whole(self.steps)
         self._check_continuation(window, events.pipeline)
         if getattr(self, "ledger", None) is not None:  # before anything is claimed (a mean's

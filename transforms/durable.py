@@ -29,12 +29,12 @@ def is_local(path) -> bool:
 
 
 def matching(pattern: str) -> List[str]:
-    """The paths matching a glob, sorted: a local pattern through `glob` (Beam's local match
+    """The files matching a glob, sorted: a local pattern through `glob` (Beam's local match
     walks the pattern's folder and all below it and stats every file: a streaming release's
     checkpoint folder gains two files per step, so each match would cost more every step),
     any other through Beam's filesystems (no match: [])."""
     if is_local(pattern):
-        return sorted(glob.glob(pattern))
+        return sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
     from apache_beam.io.filesystems import FileSystems  # (Beam: only for remote paths)
     try:
         return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)

@@ -618,7 +618,7 @@ def test_a_long_public_keys_change_names_the_keys_that_moved():
 
 def unbounded_config(tmp_path, **changes):
     """cart_items with no horizon (zCDP: no horizon-free mechanism is pure DP)."""
-    config = write_config(tmp_path, privacy={"rho": 0.5}, **changes)
+    config = write_config(tmp_path, **{"privacy": {"rho": 0.5}, **changes})
     raw = yaml.safe_load(open(config))
     raw["steps"]["horizon"] = "unbounded"
     with open(config, "w") as out:
@@ -656,6 +656,12 @@ def test_a_release_with_no_horizon_resumed_equals_one_run(tmp_path):
 @pytest.mark.slow
 def test_a_release_with_no_horizon_resumed_over_20_runs_equals_one_run(tmp_path):
     resumed_equals_one_run(tmp_path, list(range(1, 21)))
+
+
+def test_a_release_with_no_horizon_under_float_noise_says_no_state_growth(tmp_path):
+    config = unbounded_config(tmp_path, privacy={"rho": 0.5, "noise": "float"})
+    summary = schedule.run_once(config, str(tmp_path / "state"), ORIGIN + 3 * HOUR)
+    assert summary["released_after"] == 3 and "state_bytes_per_key_now" not in summary["public"]
 
 
 def test_a_release_with_no_horizon_cannot_continue_with_one(tmp_path):

@@ -255,6 +255,7 @@ class SqrtToeplitz(ToeplitzMechanism):
 
     name = "sqrt_toeplitz"
     auto_rank = 50
+    DIRECT_STEPS = 0  # steps a batch past DIRECT_LIMIT still releases by dot products
     fixed_bits = FIXED_BITS  # R~ = round(2^b f) / 2^b (b <= 16: `exact_convolution`)
 
     @classmethod
@@ -458,6 +459,10 @@ class SqrtToeplitz(ToeplitzMechanism):
                 spectra.clear()  # bounded memory
                 spectra[(n, size)] = np.fft.rfft(self.left_coefficients()[:n], size)
             out = convolve(spectra[(n, size)], integers, size, n)[start:]
+            direct = min(self.DIRECT_STEPS, n)  # (the caller may overwrite `out`)
+            out[:max(0, direct - start)] = [np.dot(left[self.horizon - 1 - t:],
+                                                   integers[:t + 1])
+                                            for t in range(start, direct)]
         else:
             out = np.array([np.dot(left[self.horizon - 1 - t:], integers[:t + 1])
                             for t in range(start, start + count)])

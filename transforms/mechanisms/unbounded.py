@@ -122,6 +122,9 @@ class LogSqrtToeplitz(SqrtToeplitz):
     pure_dp = False
     horizon_free = True
     MAX_BITS = 12  # R~'s coefficients stay positive up to t ~ 2e6 (past 2^20 steps) at 12
+    # the first 2^15 steps always by dot products: their bits are the same however far a
+    # batch reaches (beyond, an FFT over the batch's length rounds otherwise, by ~1e-10)
+    DIRECT_STEPS = DIRECT_LIMIT
 
     @classmethod
     def candidates(cls, horizon, noise, pure_dp):
@@ -190,13 +193,25 @@ class LogSqrtToeplitz(SqrtToeplitz):
 
     def _noise_vector(self):
         """Float noise: (L z)_t = sum_{j <= t} l_{t-j} z_j, each a dot product over its own
-        terms up to DIRECT_LIMIT steps (bits independent of the horizon), by FFT beyond."""
-        if self.horizon > DIRECT_LIMIT:
-            return super()._noise_vector()
-        z = self._unit_z(0, self.horizon)
-        left = self.left_coefficients()[::-1].copy()
+        terms for the first DIRECT_LIMIT steps (bits independent of the horizon), by FFT
+        beyond."""
+        direct = min(self.horizon, DIRECT_LIMIT)
+        vector = super()._noise_vector() if self.horizon > DIRECT_LIMIT else np.empty(direct)
+        vector[:direct] = self._direct_noise(0, direct)
+        return vector
+
+    def _direct_noise(self, start: int, stop: int) -> np.ndarray:
+        z = self._unit_z(0, stop)
+        left = self._reversed_left()
         return np.array([np.dot(left[self.horizon - 1 - t:], z[:t + 1])
-                         for t in range(self.horizon)])
+                         for t in range(start, stop)])
+
+    def _unit_noise(self, start, count):
+        """One step (a streaming release's) by its dot product, O(t), rather than the key's
+        whole noise vector over the horizon computed (the same bits below DIRECT_LIMIT)."""
+        if count == 1 and self.horizon > DIRECT_LIMIT:
+            return self._direct_noise(start, start + 1)
+        return super()._unit_noise(start, count)
 
     def column_norm(self, p):
         if p != 2:
