@@ -52,7 +52,10 @@ from transforms.assign import AssignStepsFn
 from transforms.messages import KeyCoder, StepWindow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = sorted(n for n in os.listdir(os.path.join(ROOT, "configs")) if n.endswith(".yaml"))
+# every bundled config pipelines.run runs (active_users_unbounded, with no horizon, reads as
+# active_users does and runs through pipelines.schedule: tests/pipelines/test_schedule.py)
+CONFIGS = sorted(n for n in os.listdir(os.path.join(ROOT, "configs"))
+                 if n.endswith(".yaml") and n != "active_users_unbounded.yaml")
 ROW_LEVEL = 850
 FORMAT_PAIRS = [("jsonl", "csv"), ("csv", "parquet"), ("parquet", "jsonl")]
 LINE_LEVEL = 60

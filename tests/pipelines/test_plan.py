@@ -139,8 +139,9 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = sorted(os.path.basename(p)[:-len(".yaml")]
-                 for p in glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
+BUNDLED = sorted(os.path.basename(p)[:-len(".yaml")]  # (with a horizon: no horizon below)
+                 for p in glob.glob(os.path.join(ROOT, "configs", "*.yaml"))
+                 if not p.endswith("_unbounded.yaml"))
 
 
 def planned(capsys, config, *extra):
@@ -412,3 +413,18 @@ def test_plan_selection_rates_and_refusals(capsys):
     code, _, err = run(capsys, "--horizon", "48", "--epsilon", "1", "--selection-delta",
                        "1e-6", "--mean-max-value", "10")
     assert code == 2 and "`selection-delta` must be left out with --mean-max-value" in err
+
+
+def test_plan_config_of_a_job_with_no_horizon_gives_its_stddev_a_day_a_week_a_year_in(capsys):
+    """The horizon-free plan at the steps ending a day, a week and a year after the origin
+    (hourly steps: 24, 168, 8760), each the stddev the job's records carry at that step."""
+    from pipelines import config as job_config
+    from transforms.mechanisms import ConstantNoiseSource
+    path = os.path.join(ROOT, "configs", "active_users_unbounded.yaml")
+    rows = planned(capsys, path)["unbounded"]
+    transform = seeded_transform(job_config.load(path))
+    mechanism = transform.config.build(noise_source=ConstantNoiseSource(0.0), horizon=8760)
+    assert [row["step"] for row in rows] == [24, 168, 8760]
+    assert [row["stddev"] for row in rows] == pytest.approx(
+        [mechanism.noise_std()[t - 1] * transform.config.value_scale for t in (24, 168, 8760)],
+        rel=1e-12)
