@@ -294,6 +294,9 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                   f"republished from their checkpoints; all {job.steps.horizon} steps are "
                   f"published (the release is complete)", flush=True)
             return 0
+        warning = stream.growth_warning(job, transform.resolved_mechanism[0])
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
         manifest = dict(release_manifest(transform, ledger), input=io.input_binding(job),
                         source=job.input.kind)
         pipeline = beam.Pipeline(options=options)
