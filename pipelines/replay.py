@@ -33,7 +33,8 @@ import yaml
 
 from pipelines import config as job_config
 from pipelines import emulator as pubsub
-from pipelines import io, logs, run
+from pipelines import io, job_release, logs, run
+from transforms.steps import UNBOUNDED
 
 LEAD_SECONDS = 8.0  # the job starts reading before the first step begins
 # an event is published a little after its compressed time (the publisher's own delay): at
@@ -44,11 +45,16 @@ MIN_LATENESS_SECONDS = 1.0
 def compressed_config(path: str, folder: str, origin: float, steps: int,
                       step_seconds: float, output: str, prefix: str = "replay") -> str:
     """The streaming config at `path` with its first `steps` steps compressed to
-    `step_seconds` each from `origin` (its allowed lateness scaled alike, at least
-    `MIN_LATENESS_SECONDS`), a fixed seed, and a folder of its own under `output` (a streaming
-    release is launched into a folder once); written under `folder` -> its path."""
+    `step_seconds` each from `origin` (a config with no horizon: those steps as its
+    horizon, released by the mechanism it would run with none; its allowed lateness scaled
+    alike, at least `MIN_LATENESS_SECONDS`), a fixed seed, and a folder of its own under
+    `output` (a streaming release is launched into a folder once); written under `folder` ->
+    its path."""
     with open(path, encoding="utf-8") as handle:
         raw = yaml.safe_load(handle)
+    if raw["steps"].get("horizon") == UNBOUNDED:  # replayed for `steps` steps, with the
+        plan = job_release.release_plan(job_config.load(path))  # mechanism it would run
+        raw["mechanism"] = {"name": plan.mechanism, "params": dict(plan.params)}
     size = float(raw["steps"]["size_seconds"])
     raw["steps"] = dict(raw["steps"], origin=origin, size_seconds=step_seconds, horizon=steps)
     lateness = raw["steps"].get("allowed_lateness_seconds", 0.0) * step_seconds / size

@@ -93,3 +93,17 @@ def test_the_compressed_config_allows_the_publishers_own_delay(tmp_path):
         written = replay.compressed_config(str(path), str(folder), ORIGIN, 3, step,
                                            str(tmp_path / "out"))  # (at most delay x step / 2)
         assert yaml.safe_load(open(written))["steps"]["allowed_lateness_seconds"] == expected
+
+
+def test_a_config_with_no_horizon_is_replayed_with_the_mechanism_it_runs(tmp_path):
+    """Its first --steps steps as the horizon (the replay stops), released by the horizon-free
+    mechanism the config would run, not by the one auto picks for that horizon."""
+    raw = yaml.safe_load(open(os.path.join(ROOT, "configs", "streaming", "active_users.yaml")))
+    raw["steps"]["horizon"], raw["privacy"] = "unbounded", {"rho": 0.5}
+    path = tmp_path / "free.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    written = yaml.safe_load(open(replay.compressed_config(
+        str(path), str(tmp_path), ORIGIN, 3, 2.0, str(tmp_path / "out"))))
+    assert written["steps"]["horizon"] == 3
+    assert written["mechanism"] == {"name": "log_sqrt_toeplitz",
+                                    "params": {"c": 4.0, "g": 1.7, "s": 16384.0}}
