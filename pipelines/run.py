@@ -294,9 +294,6 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
                   f"republished from their checkpoints; all {job.steps.horizon} steps are "
                   f"published (the release is complete)", flush=True)
             return 0
-        warning = stream.growth_warning(job, transform.resolved_mechanism[0])
-        if warning is not None:
-            print(warning, file=sys.stderr, flush=True)
         manifest = dict(release_manifest(transform, ledger), input=io.input_binding(job),
                         source=job.input.kind)
         pipeline = beam.Pipeline(options=options)
@@ -361,7 +358,7 @@ def run_stream(job: job_config.JobConfig, args, beam_args, local: bool) -> int:
             return 2
         print(f"release {transform.release_id}: {len(published)} " + (
               f"of {job.steps.horizon} " if not job.steps.unbounded else "") + "steps "
-              f"published" + ("" if code == 0 else " (stopped" + (
+              "published" + ("" if code == 0 else " (stopped" + (
                   " before the horizon's end" if not job.steps.unbounded else "") + (
                   ": --continue resumes it from its last checkpointed step)"
                   if transform.checkpoint is not None and not kafka

@@ -339,20 +339,6 @@ def checkpoint_folder(job: job_config.JobConfig) -> str:
     return f"{job.operator_path.rstrip('/')}/checkpoint"
 
 
-def growth_warning(job: job_config.JobConfig, mechanism: str):
-    """A checkpointed streaming release with no horizon whose key states grow (discrete
-    `log_sqrt_toeplitz`: each key's input history): one warning line, else None. Every step's
-    checkpoint holds every key's state, so the checkpoint folder grows with the square of the
-    steps."""
-    def size(steps, noise=job.privacy.noise):
-        return state_bytes_per_key(mechanism, job.steps.horizon, noise, steps)
-    if not (job.steps.unbounded and checkpointed(job)) or size(2) == size(1):
-        return None
-    return (f"warning: with no horizon, {job.privacy.noise} noise checkpoints every key's "
-            f"history at every step ({size(2) - size(1)} B per step and key): the checkpoint "
-            f"folder grows as steps^2; noise: float keeps {size(1, 'float')} B")
-
-
 def checkpointed(job: job_config.JobConfig) -> bool:
     """Whether the job's release can be continued (`transforms.stream_checkpoint`: the
     transforms whose truncation keeps a flat state)."""

@@ -12,7 +12,8 @@ resumed without its state would spend its cap again). The checkpoint folder hold
   committed after it finishes). Each file ends with its MAC (the release's secret and
   binding, and the file's name).
 - `keys-at-<s>.json`: written once step s's records are all in and BEFORE its files are
-  published: the records of step s, every public key's sealed state after s, and the names of
+  published: the records of step s, every public key's sealed state after s (a growing input
+  history as the step's own entry: `transforms.key_history`), and the names of
   the unit log files present then. A contribution released at step s or before left its
   bundle after that bundle's file was written, and the key released it before the step was
   complete: so the listed files hold every unit state behind what was published. MAC'd.
@@ -41,6 +42,7 @@ import uuid
 from typing import Dict, List, Tuple
 
 from transforms.durable import create_if_absent, matching
+from transforms.key_history import Histories, compacted
 from transforms.streams import codec
 from transforms.validation import fail
 
@@ -131,7 +133,8 @@ def key_checkpoint(config, step: int, records: list, key_states: list,
     step are the release's)."""
     data = json.dumps({"release_id": config.release_id, "step": step, "unit_logs": unit_logs,
                        "execution": execution, "records": records,
-                       "key_states": [codec.dumps(pair) for pair in key_states]},
+                       "key_states": [codec.dumps(pair)
+                                      for pair in compacted(key_states, step)]},
                       sort_keys=True).encode("utf-8") + b"\n"
     return sealed(config, keys_name(step), data)
 
@@ -157,7 +160,7 @@ def replayed_step(config, folder: str, step: int, records: list, key_states: lis
     exact = (lambda rows: json.dumps(rows, sort_keys=True))  # 1 and 1.0 differ, as in files
     return body["execution"] == execution and exact(body["records"]) == exact(records) and \
         [codec.dumps(pair) for pair in body["key_states"]] == \
-        [codec.dumps(pair) for pair in key_states]
+        [codec.dumps(pair) for pair in compacted(key_states, step)]
 
 
 def claim_name(first: int, attempt: int = 1) -> str:
@@ -251,12 +254,13 @@ def verified_resume(config, folder: str, public_keys) -> Tuple[int, dict, dict, 
     last = steps[-1]
     if steps != list(range(last + 1)):
         fail("checkpoint", f"of every step 0 to {last}", f"steps {steps}")
-    body, publisher = None, {}
+    body, publisher, histories = None, {}, Histories()
     for step in steps:
         body = read_key_checkpoint(config, folder, step)
         publisher[step] = body.get("execution")
+        histories.add(step, body["key_states"])
     units = unit_states_at(config, folder, last, body["unit_logs"], publisher)
-    keys = {key: value for key, value in body["key_states"]}
+    keys = histories.states()  # (the last step's, histories rebuilt)
     missing = [k for k in public_keys if k not in keys]
     if missing:
         fail("checkpoint", f"holding every public key's state at step {last}", missing[:3])
