@@ -3,6 +3,7 @@
 needs gcloud's pubsub emulator, and Linux: the kills are fired by inotify).
 
     python3 benchmarks/streaming_kills.py [--trials 65] [--seed 777] [--json PATH] [--keep]
+                                          [--mechanism sqrt_toeplitz]
 
 About 35 s a trial on a 2-core machine (the default 65 trials: about 40 minutes). The script
 starts the Pub/Sub emulator itself. Each trial runs in a fresh temporary folder (removed at the
@@ -209,6 +210,9 @@ class Trigger:
             self.inotify.close()
 
 
+MECHANISM = [None]  # --mechanism (None: the config's own)
+
+
 def write_config(folder: str, name: str, origin: float, source: dict) -> str:
     path = os.path.join(ROOT, "configs", "streaming", "active_users.yaml")
     with open(path, encoding="utf-8") as handle:
@@ -222,6 +226,8 @@ def write_config(folder: str, name: str, origin: float, source: dict) -> str:
                      "max_keys_per_unit": 1}
     raw["secret"] = {"seed": 11, "insecure": True}
     raw["output"] = {"path": os.path.join(folder, name), "formats": ["jsonl", "csv"]}
+    if MECHANISM[0] is not None:  # --mechanism: under rho = 0.5
+        raw["privacy"], raw["mechanism"] = {"rho": 0.5}, {"name": MECHANISM[0]}
     path = os.path.join(folder, f"{name}.yaml")
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(raw, handle)
@@ -683,7 +689,11 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keeps each trial's folder (its runs' stdout and stderr, the "
                              "release, the batch run)")
+    parser.add_argument("--mechanism", help="the release's mechanism under rho = 0.5 (e.g. "
+                                            "sqrt_toeplitz: key states that grow, checkpointed "
+                                            "as step entries)")
     args = parser.parse_args(argv)
+    MECHANISM[0] = args.mechanism
     if not sys.platform.startswith("linux"):
         print("skipped: the kills are fired by inotify (Linux only)")
         return 0

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from transforms.key_history import ENTRY, Histories, compacted
+from transforms.key_history import ENTRY, Histories, compacted, digest
 from transforms.mechanisms.state import CounterState, HistoryState
 
 
@@ -70,7 +70,22 @@ def test_a_step_entry_is_the_same_at_every_step():
     for steps in (1, 100, 10_000):
         state = HistoryState(steps, (7,) * steps, (9,) * steps)
         assert compacted([("k", (sealed(tag, state), None))], steps - 1) == [
-            ("k", (ENTRY, tag, 7, 9))]
+            ("k", (ENTRY, tag, 7, 9, digest(sealed(tag, state))))]
         # not its step: whole
         assert compacted([("k", (sealed(tag, state), None))], steps) == [
             ("k", (sealed(tag, state), None))]
+
+
+def test_steps_written_from_two_histories_are_never_resumed_as_a_mix():
+    """An execution checkpointed steps 0 and 1, another step 2 from its own history (another
+    x at step 1): the rebuilt history is refused by the last entry's digest, not resumed."""
+    tag = bytes(16)
+    ours = [HistoryState(1, (5,), (50,)), HistoryState(2, (5, 1), (50, 11))]
+    theirs = HistoryState(3, (5, 9, 3), (50, 99, 33))
+    histories = Histories()
+    for step, state in enumerate(ours):
+        histories.add(step, compacted([("k", (sealed(tag, state), None))], step))
+    histories.add(2, compacted([("k", (sealed(tag, theirs), None))], 2))
+    with pytest.raises(ValueError, match=r"^`checkpoint` must be holding key 'k''s history as "
+                                         r"its last step wrote it"):
+        histories.states()
