@@ -519,3 +519,27 @@ def test_state_cells_never_unpickle():
     forged = FastPrimitivesCoder().encode({"u": (1, Timer())})
     with pytest.raises(ValueError, match="no pickle"):
         coder.decode(forged)
+
+
+def test_every_state_cell_of_the_products_dofns_has_a_coder_that_never_unpickles():
+    """Every StateSpec of every DoFn in transforms/ and pipelines/ (a bucket's, a key's, a
+    mean's held records) decodes with a coder that refuses or cannot hold a pickle."""
+    import importlib  # (this test walks the product's modules)
+    import pkgutil
+    import transforms
+    import pipelines
+    from apache_beam.coders import StrUtf8Coder, VarIntCoder
+    from apache_beam.transforms.userstate import StateSpec
+    from transforms.messages import FastStateCoder
+    from transforms.streaming import ReleaseStateCoder
+    safe = (FastStateCoder, ReleaseStateCoder, StrUtf8Coder, VarIntCoder)
+    specs = []
+    for package in (transforms, pipelines):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            loaded = importlib.import_module(module.name)
+            for value in vars(loaded).values():
+                if isinstance(value, type) and value.__module__ == loaded.__name__:
+                    specs += [(f"{value.__name__}.{name}", spec) for name, spec in
+                              vars(value).items() if isinstance(spec, StateSpec)]
+    assert len(specs) >= 10 and "JoinMeansFn.PENDING" in dict(specs)
+    assert [name for name, spec in specs if not isinstance(spec.coder, safe)] == []

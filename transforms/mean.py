@@ -26,13 +26,12 @@ import json
 from typing import Dict
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from transforms.continual import ContinualBase
 from transforms.mechanisms import ConstantNoiseSource
 from transforms.mechanisms.ratio import QuantileCurve, ratio_interval, step_noise
-from transforms.messages import Released
+from transforms.messages import FastStateCoder, Released
 from transforms.release_plan import ReleasePlan
 from transforms.streams.mean import COUNT, PARTS, SUM
 
@@ -188,7 +187,7 @@ class JoinMeansFn(beam.DoFn):
     """Per key: holds a part's record until the other part's record of the same step is in,
     then emits the mean's record (works alike on bounded and unbounded input; the held records
     are those of steps one part released before the other)."""
-    PENDING = ReadModifyWriteStateSpec("pending", PickleCoder())
+    PENDING = ReadModifyWriteStateSpec("pending", FastStateCoder())  # (never unpickles)
 
     def __init__(self, means: MeanRecords):
         self.means = means
