@@ -65,12 +65,14 @@ def after_writes(pipeline, writes: Iterable, commit: Callable[..., object], labe
 
 
 def _files(pattern: str):
-    return durable.matching(pattern)
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
 def dead_letter_files(operator_folder: str) -> list:
-    """The dead-letter files written under `operator_folder` (local or gs://)."""
-    return _files(os.path.join(operator_folder, "dead_letters-*"))
+    """The dead-letter files written under `operator_folder` (local or gs://; read at every
+    step a streaming job publishes: `durable.matching` lists the folder, Beam's local match
+    would stat every file below it, two more checkpoint files each step)."""
+    return durable.matching(os.path.join(operator_folder, "dead_letters-*"))
 
 
 def dead_letters_by_code(operator_folder: str) -> dict:

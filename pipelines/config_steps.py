@@ -48,8 +48,8 @@ class StepsSpec:
 
     @property
     def shown_horizon(self):
-        """T, or 'unbounded' (as the config says it)."""
-        return UNBOUNDED if self.unbounded else self.horizon
+        """T, or 'unbounded' (as the config says it: `TimeSteps.shown_horizon`)."""
+        return self.time_steps().shown_horizon
 
 
 def steps_spec(steps: dict, streaming: bool) -> StepsSpec:
